@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dsv4ctl entry point: dispatch to the subcommand named by argv[1]. Usage
+ * errors are specific and go to stderr; the full help only on --help.
+ */
+#include "dsv4ctl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dsv4-build.h"
+#include "util.h"
+
+static const struct dsv4ctl_command commands[] = {
+    { "version", dsv4ctl_version, "print the version" },
+};
+
+int dsv4ctl_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("dsv4ctl %s\n", DSV4_VERSION);
+    return DSV4_EXIT_OK;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dsv4ctl COMMAND [ARGS...]\n\ncommands:\n");
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(commands); i++)
+        fprintf(f, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n'dsv4ctl COMMAND --help' describes each command.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return DSV4_EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return DSV4_EXIT_OK;
+    }
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(commands); i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "dsv4ctl: unknown command '%s' (try 'dsv4ctl --help')\n", argv[1]);
+    return DSV4_EXIT_USAGE;
+}
