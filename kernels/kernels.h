@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Number formats and quantised linear kernels: the narrow math API of the
+ * engine. Weights stay in their on-disk formats (FP8-E4M3 with E8M0 block
+ * scales, packed FP4-E2M1 with per-32 E8M0 scales, BF16); activations are
+ * fp32 vectors. Each matvec exists as a scalar reference (the definition) and
+ * as AVX2 and AVX-512 twins chosen at run time; DSV4_KERNELS=scalar|avx2|avx512
+ * forces one. Batched forms (nx activation rows) give, per row, exactly the
+ * bits of the single-row call, whatever nx is.
+ */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- number formats (scalar; see docs/numerics.md) ---- */
+float dsv4_e4m3_to_f32(uint8_t b);          /* 0x7F/0xFF → NaN */
+uint8_t dsv4_f32_to_e4m3(float x);          /* RNE, saturating to ±448, NaN → 0x7F */
+float dsv4_e8m0_to_f32(uint8_t b);          /* 2^(b-127); 0xFF → NaN */
+float dsv4_e2m1_to_f32(uint8_t code);       /* low 4 bits; bit 3 = sign */
+uint8_t dsv4_f32_to_e2m1(float x);          /* RNE, saturating to ±6 */
+uint16_t dsv4_f32_to_bf16(float x);         /* RNE; NaN stays NaN */
+float dsv4_bf16_to_f32(uint16_t h);
+float dsv4_bf16_round(float x);             /* bf16 RNE, widened back */
+void dsv4_bf16_round_vec(float *x, size_t n);
+int dsv4_ceil_log2(float v);                /* for positive normal v, exact (spec §1) */
+
+/* ---- activation fake-quant, in place (spec §16.1) ----
+ * Blocks of `block` along x; the last block may be partial. Scales are powers
+ * of two rounded up, values E4M3 (resp. E2M1) RNE. */
+void dsv4_fp8_qdq(float *x, size_t n, size_t block);
+void dsv4_fp4_qdq(float *x, size_t n, size_t block);
+
+/* ---- weights in native format ---- */
+struct dsv4_fp8_weight {
+    const uint8_t *w;       /* [rows][cols] E4M3 */
+    const uint8_t *scale;   /* [ceil(rows/block)][ceil(cols/block)] E8M0 */
+    uint32_t rows, cols, block;
+};
+
+struct dsv4_fp4_weight {
+    const uint8_t *w;       /* [rows][cols/2], low nibble = even column */
+    const uint8_t *scale;   /* [rows][cols/32] E8M0 */
+    uint32_t rows, cols;    /* cols is a multiple of 32 */
+};
+
+struct dsv4_bf16_weight {
+    const uint16_t *w;      /* [rows][cols] */
+    uint32_t rows, cols;
+};
+
+/*
+ * y[r*ldy + i] = Σ_k W[i][k] · x[r*cols + k] for i in [row_begin, row_end),
+ * r in [0, nx). fp32 accumulation, no rounding of y (callers round to bf16
+ * where the reference does). The caller fake-quantises x when the reference
+ * does (dsv4_fp8_qdq with block 128); a power-of-two activation scale folded
+ * into x is exact, so this equals the official per-block scaled sum.
+ */
+void dsv4_matvec_fp8(const struct dsv4_fp8_weight *w, const float *x, size_t nx,
+                     float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
+void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx,
+                     float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
+void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t nx,
+                      float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
+
+/* ---- dispatch ---- */
+enum dsv4_isa {
+    DSV4_ISA_SCALAR,
+    DSV4_ISA_AVX2,
+    DSV4_ISA_AVX512,
+    _DSV4_ISA_MAX,
+};
+
+struct dsv4_kernel_ops {
+    enum dsv4_isa isa;
+    const char *name;
+    void (*matvec_fp8)(const struct dsv4_fp8_weight *, const float *, size_t, float *, size_t,
+                       uint32_t, uint32_t);
+    void (*matvec_fp4)(const struct dsv4_fp4_weight *, const float *, size_t, float *, size_t,
+                       uint32_t, uint32_t);
+    void (*matvec_bf16)(const struct dsv4_bf16_weight *, const float *, size_t, float *, size_t,
+                        uint32_t, uint32_t);
+};
+
+/* The ops of one ISA, or NULL when this CPU (or build) lacks it. */
+const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa);
+/* The ops in use: the best supported ISA, unless DSV4_KERNELS or
+ * dsv4_kernels_force chose another. */
+const struct dsv4_kernel_ops *dsv4_kernel_ops(void);
+/* Returns 0, or -ENOTSUP when the ISA is not available here. */
+int dsv4_kernels_force(enum dsv4_isa isa);
