@@ -13,6 +13,7 @@
 
 static const struct dsv4ctl_command commands[] = {
     { "version", dsv4ctl_version, "print the version" },
+    { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
 };
 
 int dsv4ctl_version(int argc, char **argv)
