@@ -287,6 +287,71 @@ static bool only_whitespace(const char *p, const char *end)
     return true;
 }
 
+/* Length of the UTF-8 sequence at p (at most n bytes), 0 if invalid:
+ * overlong forms, surrogates and code points above U+10FFFF are refused. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* What cJSON does not check: the text must be UTF-8 (safetensors says so)
+ * and no string may hold a NUL, escaped or raw, at which cJSON would
+ * silently cut the string, so "a\u0000b" would pose as tensor "a".
+ * Returns the byte offset of the first problem, or SIZE_MAX. */
+static size_t check_text(const char *text, size_t n, const char **why)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    bool in_string = false;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_len(s + i, n - i);
+        if (k == 0) {
+            *why = "invalid UTF-8";
+            return i;
+        }
+        if (k == 1 && in_string && s[i] == '\\') {
+            if (i + 1 < n && s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) {
+                *why = "an escaped NUL (\\u0000) in a string";
+                return i;
+            }
+            i += 2; /* the escaped character is never a quote that ends the string */
+            continue;
+        }
+        if (k == 1 && in_string && s[i] < 0x20) {
+            /* JSON forbids raw control characters in strings; a raw NUL
+             * would cut the string just like an escaped one. */
+            *why = "a raw control character in a string";
+            return i;
+        }
+        if (k == 1 && s[i] == '"')
+            in_string = !in_string;
+        i += k;
+    }
+    return SIZE_MAX;
+}
+
 /* The whole buffer must be one JSON value. cJSON gets a NUL-terminated
  * copy: the Debian library is not built with sanitizers, so an over-read
  * past a bare length-delimited buffer would go unnoticed. */
@@ -313,6 +378,11 @@ int dsv4_safetensors_parse_header(const char *json, size_t header_len, uint64_t 
     int r = check_header_len(header_len, file_size, file_name, err);
     if (r < 0)
         return r;
+    const char *why;
+    size_t bad = check_text(json, header_len, &why);
+    if (bad != SIZE_MAX)
+        return dsv4_errf(err, -EBADMSG, "file '%s': header byte %zu: %s", q(&qf, file_name), bad,
+                         why);
     cJSON *root = parse_json(json, header_len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "file '%s': header is not valid JSON", q(&qf, file_name));
@@ -591,6 +661,10 @@ static int parse_index(const char *text, size_t len, const char *path, struct in
 {
     struct qname qf, qt, qs;
     int r = 0;
+    const char *why;
+    size_t bad = check_text(text, len, &why);
+    if (bad != SIZE_MAX)
+        return dsv4_errf(err, -EBADMSG, "index '%s': byte %zu: %s", q(&qf, path), bad, why);
     cJSON *root = parse_json(text, len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "index '%s': not valid JSON", q(&qf, path));
