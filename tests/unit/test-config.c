@@ -251,6 +251,8 @@ static const struct mutation mutations[] = {
     { "flash", HF, "moe_intermediate_size", "0", "moe_intermediate_size: 0 is out of range" },
     { "flash", HF, "o_lora_rank", "8", "o_groups * o_lora_rank = 64 must be a multiple of 128" },
     { "flash", HF, "num_experts_per_tok", "300", "num_experts_per_tok 300 exceeds n_routed_experts 256" },
+    { "flash", HF, "n_routed_experts", "65536",
+      "44 blocks x 65536 routed experts: more than 16777216 tensors" },
     { "flash", HF, "num_hash_layers", "44", "num_hash_layers 44 exceeds num_hidden_layers 43" },
     { "flash", HF, "sliding_window", "0", "sliding_window: 0 is out of range" },
     { "flash", HF, "eos_token_id", "129280", "eos_token_id 129280 must be below vocab_size 129280" },
