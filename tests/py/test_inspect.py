@@ -2,7 +2,8 @@
 """`dsv4ctl inspect` on header-only fake checkpoints of the real Flash, Pro and DSpark-Flash
 configs (tools/make_fake_checkpoint.py: tensor list from the Python layout, sparse shards with
 real names and offsets): the spec §3.4 counts per dtype, tensor totals and byte totals come out
-exactly; a checkpoint damaged in one way gives exactly the expected problem line and exit 1;
+exactly; a checkpoint with a tensor removed, retyped, reshaped and one added gives exactly the
+four expected problem lines and exit 1;
 unreadable inputs give the documented exit codes.
 
 usage: test_inspect.py DSV4CTL BUILD_DIR
@@ -113,7 +114,8 @@ def main():
     check("flash-dspark: three stages", out.count("window ratio 0, DSpark stage") == 3)
     shutil.rmtree(ds_dir)
 
-    # One damage each, then all four at once (inventory order, then unexpected ones).
+    # Four damages in one checkpoint: exactly one line each, in inventory order, then the
+    # unexpected tensor (the lines name the tensor, so each damage gives exactly its line).
     drop = ("missing tensor layers.7.attn.wkv.scale (expected F8_E8M0 [4, 32])",
             ["--drop", "layers.7.attn.wkv.scale"])
     retype = ("wrong dtype for layers.0.ffn.gate.tid2eid: I32, expected I64",
@@ -123,11 +125,8 @@ def main():
                ["--reshape", "layers.42.ffn.experts.255.w2.weight=4096,2048"])
     extra = ("unexpected tensor layers.43.attn.attn_sink (F32 [64])",
              ["--extra", "layers.43.attn.attn_sink=F32:64"])
-    for what, (line, dmg) in (("removed tensor", drop), ("wrong dtype", retype),
-                              ("wrong shape", reshape), ("extra tensor", extra)):
-        bad(dsv4ctl, scratch, what, dmg, [line])
-    bad(dsv4ctl, scratch, "all four", drop[1] + retype[1] + reshape[1] + extra[1],
-        [retype[0], drop[0], reshape[0], extra[0]])
+    bad(dsv4ctl, scratch, "removed, retyped, reshaped, extra tensor",
+        drop[1] + retype[1] + reshape[1] + extra[1], [retype[0], drop[0], reshape[0], extra[0]])
 
     # Unreadable or malformed inputs.
     rc, _, err = inspect(dsv4ctl)
