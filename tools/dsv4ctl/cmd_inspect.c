@@ -48,7 +48,14 @@ static const char *kind_name(enum dsv4_attn_kind k)
 
 static void gib(uint64_t b, char *buf, size_t n)
 {
-    snprintf(buf, n, "%.2f GiB", (double)b / (1024.0 * 1024.0 * 1024.0));
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, "%.2f %s", v, unit[u]);
 }
 
 static void summary(const struct dsv4_config *c, const struct dsv4_inventory *inv,
