@@ -21,6 +21,7 @@ Variants are legitimate numerical alternatives (an ensemble of them measures how
 correct implementations can drift apart); mutations (MUTATIONS) are deliberate bugs used to
 prove that the fixture detects each of them.
 """
+import copy
 import json
 import os
 import sys
@@ -296,14 +297,24 @@ class Model:
         with open(os.path.join(model_dir, 'config.json')) as fh:
             self.cfg = Config(json.load(fh))
         ck = checkpoint if checkpoint is not None else safetensors_io.load_checkpoint(model_dir)
-        self.acc = _Acc(self.v.sum_seed)
         self._load(ck)
+        self._setup()
+
+    def _setup(self):
         c = self.cfg
         if self.v.mut('indexer_from_a') and 4 in c.ratios and c.q_lora != c.d:
             raise ValueError("indexer_from_a needs q_lora_rank == hidden_size")
+        self.acc = _Acc(self.v.sum_seed)
         self.freq_win = rope_freqs(c.R, c.rope_theta, self.v.mut('yarn_everywhere'), c)
         self.freq_comp = rope_freqs(c.R, c.compress_theta, not self.v.mut('no_yarn'), c)
         self.hadamard = hadamard_matrix(c.idx_dim) if 4 in c.ratios else None
+
+    def with_variant(self, variant):
+        """The same loaded weights under another Variant (weights are shared, read-only)."""
+        m = copy.copy(self)
+        m.v = variant
+        m._setup()
+        return m
 
     # -- loading ------------------------------------------------------------------------
     def _load(self, ck):
@@ -465,19 +476,15 @@ class Model:
             C = (C / (self._colsum(C) + eps)).astype(f32)
         return C
 
+    # fp32 sums over the hc axis: numpy adds the few terms sequentially, in index order, for
+    # every row alike (row-independent).
     @staticmethod
     def _rowsum(C):
-        s = C[..., :, 0:1].copy()
-        for k in range(1, C.shape[-1]):
-            s = (s + C[..., :, k:k + 1]).astype(f32)
-        return s
+        return np.add.reduce(C, axis=-1, dtype=f32, keepdims=True)
 
     @staticmethod
     def _colsum(C):
-        s = C[..., 0:1, :].copy()
-        for j in range(1, C.shape[-2]):
-            s = (s + C[..., j:j + 1, :]).astype(f32)
-        return s
+        return np.add.reduce(C, axis=-2, dtype=f32, keepdims=True)
 
     def hc_pre(self, X, params, site):
         fnT, base, scale = params

@@ -37,8 +37,11 @@ E4M3_VALUES = _e4m3_table()
 def bf16_bits(x):
     """fp32 -> raw bf16 bits (uint16), round to nearest even; NaN stays a quiet NaN."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    b = x.view(np.uint32).astype(np.uint64)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    b = x.view(np.uint32)
+    with np.errstate(over='ignore'):
+        r = b + np.uint32(0x7FFF)          # wraps only for negative NaNs, fixed below
+        r += (b >> 16) & np.uint32(1)
+    r = (r >> 16).astype(np.uint16)
     nan = np.isnan(x)
     if nan.any():
         r = np.where(nan, ((b >> 16).astype(np.uint16) & 0x8000) | 0x7FC0, r).astype(np.uint16)
