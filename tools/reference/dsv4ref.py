@@ -116,14 +116,13 @@ def _f(x):
 
 
 def fexp(x):
-    """fp32 exp, computed in float64 and rounded (row-independent, unlike SIMD float32 exp)."""
-    with np.errstate(over='ignore'):
-        return np.exp(np.asarray(x, dtype=f64)).astype(f32)
+    """fp32 exp, computed in float64 and rounded (row-independent, unlike SIMD float32 exp).
+    Arguments are clipped at 100 (far above fp32 overflow) to keep float64 exp finite."""
+    return np.exp(np.minimum(np.asarray(x, dtype=f64), 100.0)).astype(f32)
 
 
 def fsigmoid(x):
-    with np.errstate(over='ignore'):
-        return (1.0 / (1.0 + np.exp(-np.asarray(x, dtype=f64)))).astype(f32)
+    return (1.0 / (1.0 + np.exp(np.minimum(-np.asarray(x, dtype=f64), 700.0)))).astype(f32)
 
 
 def frsqrt(x):
