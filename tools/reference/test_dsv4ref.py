@@ -132,6 +132,7 @@ def test_variants(build):
     o = run(d, ck, R.Variant(p_layout='compact'), toks)
     check(np.array_equal(o, full), "p_layout='compact' == 'official' when the list fits a block")
     check_row_lists(d, ck)
+    check_components(d, ck)
 
     # components against independent values
     m = R.Model(d, R.Variant(), checkpoint=ck)
@@ -174,6 +175,57 @@ def check_row_lists(d, ck):
     check(hca == [[0, 1, 2, 3, 4] + [-1] * 11 + [T, T + 1] + [-1] * 8,
                   list(range(4, 20)) + [T + i for i in range(10)]],
           "official index list (HCA ratio 2: rows visible at t >= 2w+1)")
+
+
+def check_components(d, ck):
+    """Attention and compressor pooling against direct float64 formulas (spec §9.1, §10.1)."""
+    m = R.Model(d, R.Variant(p_bf16=False), checkpoint=ck)
+    c = m.cfg
+    rng = np.random.default_rng(9)
+    ls = R.LayerState()
+    ls.kv = R.bf16(rng.normal(0, 1, (90, c.D)).astype(np.float32))
+    q = R.bf16(rng.normal(0, 1, (2, c.H, c.D)).astype(np.float32))
+    idx = np.full((2, 100), -1)
+    idx[0, :90] = np.arange(90)                      # 90 rows: two 64-blocks
+    idx[1, :5] = [7, 3, 50, 0, 89]
+    sink = rng.normal(0, 1, c.H).astype(np.float32)
+    o = m.sink_attention(q, ls, idx, sink, 0)
+    for i in range(2):
+        rows = ls.kv[idx[i][idx[i] >= 0]].astype(np.float64)
+        sc = q[i].astype(np.float64) @ rows.T / np.sqrt(c.D)
+        mx = sc.max(1, keepdims=True)
+        e = np.exp(sc - mx)
+        want = (e @ rows) / (e.sum(1, keepdims=True) + np.exp(sink[:, None] - mx))
+        check(np.allclose(o[i], want, rtol=1e-2, atol=1e-2),
+              f"sink attention query {i} == float64 softmax with sink in the denominator")
+    mb = m.with_variant(R.Variant())
+    ob = mb.sink_attention(q, ls, idx, sink, 0)
+    check(not np.array_equal(ob, o) and np.allclose(ob, o, rtol=3e-2, atol=3e-2),
+          "bf16 P: close to fp32 P, not equal")
+
+    # CSA compressor (layer 1, ratio 4) pooling, 13 tokens -> rows 0..2
+    L = 1
+    cw = m.layers[L]['comp']
+    a = R.bf16(rng.normal(0, 1, (13, c.d)).astype(np.float32))
+    pos = np.arange(13)
+    ls = R.LayerState()
+    rows = m._compress(ls, 'ctail', cw, a, pos, 4, 'x')
+    kvp = a.astype(np.float64) @ cw['wkv']
+    sc = a.astype(np.float64) @ cw['wgate'] + cw['ape'][pos % 4]
+    h = c.D
+    ok = rows.shape == (3, c.D) and ls.ctail[3] == 3
+    for w in range(3):
+        sl = [(t, 0) for t in range(4 * w - 4, 4 * w) if t >= 0] + \
+             [(t, h) for t in range(4 * w, 4 * w + 4)]
+        S = np.array([sc[t, o:o + h] for t, o in sl])
+        V = np.array([kvp[t, o:o + h] for t, o in sl])
+        p = np.exp(S - S.max(0))
+        pooled = (p * V).sum(0) / p.sum(0)
+        row = m.rope(m.rmsnorm(R.bf16(pooled[None].astype(np.float32)), cw['norm']),
+                     np.array([4 * w]), m.freq_comp)
+        row[:, :c.D - c.R] = R.F.fp8_qdq(row[:, :c.D - c.R], 64)
+        ok = ok and np.mean(row[0] == rows[w]) > 0.95 and np.allclose(row[0], rows[w], rtol=0.07)
+    check(ok, "CSA compressor rows == direct pooling of A-half (previous) + B-half (current)")
 
 
 def test_odd(build):
