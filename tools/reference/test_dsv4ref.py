@@ -40,10 +40,10 @@ def check(cond, what):
 
 
 # Test model: the tiny fixture shape with a smaller window (16) and an HCA ratio of 2, so that a
-# query sees more than 64 index slots (several online-softmax blocks), CSA top-k (24) below the
+# query sees more than 64 index slots (several online-softmax blocks), CSA top-k (8) below the
 # number of rows, and a SwiGLU limit low enough for both clamps to fire.
 TEST_CFG = dict(MT.TINY, **{'sliding_window': 16, 'compress_ratios': [0, 4, 2, 4, 16, 0],
-                           'swiglu_limit': 0.25})
+                           'index_topk': 8, 'swiglu_limit': 0.25})
 # Config-driven shapes that are not multiples of 128: partial activation blocks, weight blocks
 # 64x32, HCA ratio 3, 3 heads in 3 groups, index head 64.
 ODD_CFG = dict(MT.TINY, **{
@@ -128,7 +128,7 @@ def test_variants(build):
         check(not np.array_equal(o, full) and float(np.mean(o.argmax(1) == full.argmax(1))) > 0.6,
               f"{v} is active and close")
     # p_layout only matters when a CSA query's index list spans several 64-blocks; here it
-    # does not (16 window slots + 24 rows), so the two layouts must agree exactly.
+    # does not (16 window slots + 8 rows), so the two layouts must agree exactly.
     o = run(d, ck, R.Variant(p_layout='compact'), toks)
     check(np.array_equal(o, full), "p_layout='compact' == 'official' when the list fits a block")
     check_row_lists(d, ck)
@@ -239,7 +239,7 @@ def test_odd(build):
 
 def test_mutations(build):
     d, ck = make(build, 'test', TEST_CFG, 7)
-    toks = np.random.default_rng(3).integers(0, TEST_CFG["vocab_size"], 110)
+    toks = np.random.default_rng(3).integers(0, TEST_CFG["vocab_size"], 64)
     base = run(d, ck, R.Variant(), toks)
     for mu in R.MUTATIONS:
         o = run(d, ck, R.Variant(mutation=mu), toks)
