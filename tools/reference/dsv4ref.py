@@ -300,6 +300,7 @@ class Model:
         self._setup()
 
     def _setup(self):
+        self.trace = None      # set to a dict to record intermediates (see _record)
         c = self.cfg
         if self.v.mut('indexer_from_a') and 4 in c.ratios and c.q_lora != c.d:
             raise ValueError("indexer_from_a needs q_lora_rank == hidden_size")
@@ -643,6 +644,7 @@ class Model:
             if r is not None:
                 ls.idx = _cat(ls.idx, r)
             sel = self.indexer_select(w, ls, a, qr, pos, L)
+            self._record(f'L{L}.index_sel', sel)
         if ratio:
             r = self._compress(ls, 'ctail', w['comp'], a, pos, ratio, f'L{L}.comp')
             if r is not None:
@@ -760,6 +762,7 @@ class Model:
 
     def moe(self, w, f, toks, L):
         sel, wts = self.route(w, f, toks, L)
+        self._record(f'L{L}.experts', sel)
         y = np.zeros_like(f)
         for e in range(self.cfg.n_routed):
             hit = sel == e
@@ -773,6 +776,14 @@ class Model:
         return bf16(y)
 
     # -- forward ---------------------------------------------------------------------------
+    def _record(self, key, value):
+        """With m.trace = {} the forward pass appends copies of its intermediates per chunk:
+        'L{L}.attn_in' (a), 'L{L}.attn_out', 'L{L}.ffn_in', 'L{L}.moe_out', 'L{L}.streams'
+        (after the layer), 'L{L}.experts' (selected ids), 'L{L}.index_sel' (CSA top-k in official
+        order), 'final' (normed hidden before the head). To localise a divergence layer by layer."""
+        if self.trace is not None:
+            self.trace.setdefault(key, []).append(np.array(value, copy=True))
+
     def forward(self, st, tokens, start_pos):
         """Logits (float32 [len(tokens), vocab]) of every position of the chunk."""
         c = self.cfg
@@ -790,11 +801,58 @@ class Model:
             ls = st.layers[L]
             y, post, comb = self.hc_pre(X, w['hc_attn'], f'L{L}.hc_attn')
             a = self.rmsnorm(y, w['attn_norm'])
+            self._record(f'L{L}.attn_in', a)
             o = self.attention(w, ls, a, pos, L)
+            self._record(f'L{L}.attn_out', o)
             X = self.hc_post(o, X, post, comb)
             y, post, comb = self.hc_pre(X, w['hc_ffn'], f'L{L}.hc_ffn')
             fin = self.rmsnorm(y, w['ffn_norm'])
-            X = self.hc_post(self.moe(w, fin, toks, L), X, post, comb)
+            self._record(f'L{L}.ffn_in', fin)
+            mo = self.moe(w, fin, toks, L)
+            self._record(f'L{L}.moe_out', mo)
+            X = self.hc_post(mo, X, post, comb)
+            self._record(f'L{L}.streams', X)
         st.pos += n
         y = self.rmsnorm(self.hc_head_collapse(X), self.norm_w)
+        self._record('final', y)
         return self.mm(y, self.head_T, 'head')
+
+
+def _parse_variant(text):
+    """'sum_seed=3,kv_fp8=0,p_layout=compact,mutation=no_sink' -> Variant."""
+    kw = {}
+    for item in filter(None, (text or '').split(',')):
+        k, v = item.split('=', 1)
+        if k in ('sum_seed', 'attn_block'):
+            kw[k] = int(v)
+        elif k in ('kv_fp8', 'p_bf16'):
+            kw[k] = v not in ('0', 'false', 'False')
+        else:
+            kw[k] = v
+    return Variant(**kw)
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description="Run the numpy DeepSeek-V4 reference on token ids.")
+    ap.add_argument('model_dir')
+    ap.add_argument('--tokens', required=True, help="comma-separated token ids")
+    ap.add_argument('--variant', default='', help="e.g. sum_seed=3,mutation=no_sink")
+    ap.add_argument('--chunk', type=int, default=0, help="forward in chunks of N (1 = decode)")
+    ap.add_argument('--out', help="write all logits (float32 [n, vocab]) as .npy")
+    a = ap.parse_args(argv)
+    toks = [int(t) for t in a.tokens.split(',') if t.strip()]
+    m = Model(a.model_dir, _parse_variant(a.variant))
+    st = m.new_state()
+    step = a.chunk or len(toks)
+    logits = np.concatenate([m.forward(st, toks[i:i + step], i)
+                             for i in range(0, len(toks), step)])
+    if a.out:
+        np.save(a.out, logits)
+    for t, row in enumerate(logits):
+        top = np.argsort(-row, kind='stable')[:2]
+        print(f"{t} argmax {top[0]} margin {row[top[0]] - row[top[1]]:.4f}")
+
+
+if __name__ == '__main__':
+    main()

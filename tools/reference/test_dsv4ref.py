@@ -98,6 +98,15 @@ def test_model(build):
     alt = toks.copy()
     alt[90:] = (alt[90:] + 1) % TEST_CFG['vocab_size']
     fa = run(d, ck, R.Variant(), alt)
+    # the command line front end (decode mode) writes the same logits
+    out = os.path.join(build, 'ref-selfcheck', 'cli.npy')
+    R.main([d, '--tokens', ','.join(map(str, toks[:20])), '--chunk', '1', '--out', out])
+    check(np.array_equal(np.load(out), full[:20]), "CLI --chunk 1 == prefill")
+    m = R.Model(d, R.Variant(), checkpoint=ck)
+    m.trace = {}
+    m.forward(m.new_state(), toks[:40], 0)
+    check(m.trace['L1.index_sel'][0].shape == (40, 8) and m.trace['L4.streams'][0].shape ==
+          (40, 4, TEST_CFG['hidden_size']), "trace records per-layer intermediates")
     check(np.array_equal(fa[:90], full[:90]) and not np.array_equal(fa[90:], full[90:]),
           "causal: changing tokens >= 90 leaves positions < 90 unchanged")
 
