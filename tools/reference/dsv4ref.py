@@ -518,8 +518,8 @@ class Model:
 
     # -- compressor ----------------------------------------------------------------------
     def _compress(self, ls, which, cw, a, pos, ratio, site):
-        """Streaming compressor (model.py Compressor; spec §10). Appends the rows of every
-        window completed by this chunk to ls.comp / ls.idx and returns nothing.
+        """Streaming compressor (model.py Compressor; spec §10). Returns the post-processed
+        rows of every window this chunk completes ([nw, c], or None); the caller appends them.
 
         State (ls.ctail / ls.itail) = (start position, kvp [m, coff*c], score+ape [m, coff*c],
         rows emitted): the projections of the tokens that later windows still need."""
