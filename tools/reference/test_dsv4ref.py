@@ -17,8 +17,10 @@ Tiny checkpoints are written under BUILD_DIR by tools/make_tiny_model.py.
 """
 import json
 import os
+import shutil
 import sys
 import types
+import zlib
 
 import numpy as np
 
@@ -56,9 +58,18 @@ ODD_CFG = dict(MT.TINY, **{
 
 
 def make(build, name, cfg, seed):
-    d = os.path.join(build, 'ref-selfcheck', name)
-    if not os.path.exists(os.path.join(d, 'config.json')):
-        MT.write_model(d, cfg, MT.DEFAULT_INIT, seed)
+    """Write (once per config, seed and generator version) a tiny checkpoint under build."""
+    with open(MT.__file__, 'rb') as fh:
+        key = zlib.crc32(json.dumps([cfg, seed], sort_keys=True).encode() + fh.read())
+    d = os.path.join(build, 'ref-selfcheck', f'{name}-{key:08x}')
+    if not os.path.isdir(d):
+        # tests run in parallel: write privately, then rename into place atomically
+        tmp = f'{d}.tmp{os.getpid()}'
+        MT.write_model(tmp, cfg, MT.DEFAULT_INIT, seed)
+        try:
+            os.rename(tmp, d)
+        except OSError:
+            shutil.rmtree(tmp)
     return d, safetensors_io.load_checkpoint(d)
 
 
