@@ -1311,30 +1311,45 @@ void dsv4_detok_flush(struct dsv4_detok *d, const char **text, size_t *len)
     *len = o;
 }
 
+/* One-shot decode, the reference's way (independent of the streaming
+ * path, which the tests compare with it): skip filtered specials, gather
+ * each run of vocabulary tokens' bytes and repair it as a whole, copy added
+ * tokens verbatim. */
 int dsv4_tokenizer_decode(const dsv4_tokenizer *t, const uint32_t *ids, size_t n, bool special,
                           char **text, size_t *len, struct dsv4_err *err)
 {
-    struct dsv4_detok d;
-    dsv4_detok_init(&d, t, special);
-    struct sbuf b = { 0 };
-    sb_add(&b, "", 0);
-    for (size_t i = 0; i < n; i++) {
-        const char *p;
-        size_t l;
-        int rc = dsv4_detok_feed(&d, ids[i], &p, &l, err);
-        if (rc) {
-            dsv4_detok_free(&d);
-            free(b.p);
-            return rc;
+    struct sbuf out = { 0 }, run = { 0 };
+    sb_add(&out, "", 0);
+    for (size_t i = 0; i <= n; i++) {
+        const struct token_bytes *tb = NULL;
+        if (i < n) {
+            if (ids[i] >= t->n_ids || !t->tok[ids[i]].known) {
+                free(out.p);
+                free(run.p);
+                return dsv4_errf(err, -EINVAL, "token id %u is not in the vocabulary (%u ids)",
+                                 ids[i], t->n_ids);
+            }
+            tb = &t->tok[ids[i]];
+            if (tb->special && !special)
+                continue;
+            if (!tb->added) {
+                sb_add(&run, t->text + tb->off, tb->len);
+                continue;
+            }
         }
-        sb_add(&b, p, l);
+        if (run.n) {
+            uint8_t *fixed = dsv4_xmalloc(3 * run.n + 3);
+            size_t fl;
+            dsv4_utf8_repair((const uint8_t *)run.p, run.n, true, fixed, &fl);
+            sb_add(&out, (const char *)fixed, fl);
+            free(fixed);
+            run.n = 0;
+        }
+        if (tb)
+            sb_add(&out, t->text + tb->off, tb->len);
     }
-    const char *p;
-    size_t l;
-    dsv4_detok_flush(&d, &p, &l);
-    sb_add(&b, p, l);
-    dsv4_detok_free(&d);
-    *text = b.p;
-    *len = b.n;
+    free(run.p);
+    *text = out.p;
+    *len = out.n;
     return 0;
 }
