@@ -50,7 +50,13 @@ struct dsv4_tensor {
 typedef struct dsv4_checkpoint dsv4_checkpoint;
 
 /* `path` is a directory (with model.safetensors.index.json, or exactly one
- * *.safetensors file) or a single .safetensors file. */
+ * *.safetensors file) or a single .safetensors file. With an index, each
+ * shard is opened once and the index and the shard headers must agree
+ * exactly: a tensor the index lists must be in the shard it names, and a
+ * shard tensor the index does not list is an error too (a stale or foreign
+ * shard). Within a file payload ranges must be disjoint; gaps between them
+ * are allowed (alignment padding). Errors are -EBADMSG for malformed
+ * content, or the errno of a failed open/read. */
 int dsv4_checkpoint_open(const char *path, dsv4_checkpoint **ret, struct dsv4_err *err);
 dsv4_checkpoint *dsv4_checkpoint_free(dsv4_checkpoint *c);
 
