@@ -282,7 +282,7 @@ static int compile_regex(const char *pattern, bool literal, pcre2_code **out, co
         return dsv4_errf(err, -EINVAL, "%s: %s: unsupported regex (%s)", name, field, why);
     int ec;
     PCRE2_SIZE eo;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, opts, &ec, &eo, NULL);
     free(pat);
     if (!re) {
