@@ -10,7 +10,10 @@
  * BPE works on raw bytes: every vocabulary entry spelled in the byte-level
  * alphabet is mapped back to its bytes and given a dense symbol number (its
  * index in `raw`); a merge is the key (left symbol, right symbol) → (rank,
- * merged symbol). A word starts as one symbol per byte and the lowest
+ * merged symbol), collected in a strmap (later duplicates win, as in the
+ * reference) and then laid out as a sorted adjacency list per left symbol,
+ * which the hot loop binary-searches (three cache misses per hash lookup
+ * were most of the encode time). A word starts as one symbol per byte and the lowest
  * (rank, position) pair is merged until none is left, with a binary heap
  * and lazy invalidation, so a 10k-byte word costs O(n log n). Short words
  * are remembered in a direct-mapped cache.
@@ -117,13 +120,19 @@ struct cache_slot {
 };
 
 struct heap_entry {
-    uint32_t rank, pos, left, right;
+    uint32_t rank, pos, left, right, merged;
+};
+
+struct merge {
+    uint32_t right, rank, merged;
 };
 
 struct dsv4_tokenizer {
     dsv4_strmap *by_str;  /* token string (byte-level spelling or added content) → id */
     dsv4_strmap *raw;     /* raw bytes of a vocabulary entry → id; index = BPE symbol */
     dsv4_strmap *pairs;   /* (u32 left symbol, u32 right symbol) → rank << 32 | merged symbol */
+    uint32_t *merge_start; /* per left symbol: its merges are merges[start[l] .. start[l + 1]) */
+    struct merge *merges;  /* sorted by right symbol within a left symbol */
     uint32_t byte_sym[256];
     bool ignore_merges;
     bool has_unk;
@@ -496,6 +505,55 @@ static int load_model(dsv4_tokenizer *t, const cJSON *model, const char *name,
     return load_vocab(t, field(model, "vocab"), name, err);
 }
 
+static int cmp_merge(const void *a, const void *b)
+{
+    const struct merge *x = a, *y = b;
+    return x->right < y->right ? -1 : x->right > y->right;
+}
+
+static void build_merge_index(dsv4_tokenizer *t)
+{
+    size_t ns = dsv4_strmap_size(t->raw), np = dsv4_strmap_size(t->pairs);
+    t->merge_start = dsv4_xcalloc(ns + 1, sizeof(*t->merge_start));
+    t->merges = dsv4_xmalloc((np ? np : 1) * sizeof(*t->merges));
+    for (size_t i = 0; i < np; i++) {
+        uint32_t key[2];
+        memcpy(key, dsv4_strmap_key(t->pairs, i, NULL), sizeof(key));
+        t->merge_start[key[0] + 1]++;
+    }
+    for (size_t l = 0; l < ns; l++)
+        t->merge_start[l + 1] += t->merge_start[l];
+    uint32_t *fill = dsv4_xmalloc((ns ? ns : 1) * sizeof(*fill));
+    memcpy(fill, t->merge_start, ns * sizeof(*fill));
+    for (size_t i = 0; i < np; i++) {
+        uint32_t key[2];
+        memcpy(key, dsv4_strmap_key(t->pairs, i, NULL), sizeof(key));
+        uint64_t v = dsv4_strmap_value(t->pairs, i);
+        t->merges[fill[key[0]]++] = (struct merge){ key[1], (uint32_t)(v >> 32), (uint32_t)v };
+    }
+    free(fill);
+    for (size_t l = 0; l < ns; l++)
+        qsort(t->merges + t->merge_start[l], t->merge_start[l + 1] - t->merge_start[l],
+              sizeof(*t->merges), cmp_merge);
+}
+
+/* The merge of (left, right), or NULL. */
+static const struct merge *find_merge(const dsv4_tokenizer *t, uint32_t left, uint32_t right)
+{
+    size_t lo = t->merge_start[left], hi = t->merge_start[left + 1];
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        uint32_t r = t->merges[mid].right;
+        if (r == right)
+            return &t->merges[mid];
+        if (r < right)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
 /* The BPE tables, built once vocabulary and added tokens are known (an
  * added token overrides a vocabulary entry of the same spelling, as in the
  * reference). */
@@ -572,6 +630,7 @@ static int load_bpe(dsv4_tokenizer *t, const cJSON *model, const char *name,
         dsv4_strmap_set(t->pairs, key, sizeof(key), ((uint64_t)i << 32) | (uint32_t)im);
     }
     free(tmp);
+    build_merge_index(t);
     return 0;
 }
 
@@ -859,6 +918,8 @@ void dsv4_tokenizer_free(dsv4_tokenizer *t)
     dsv4_strmap_free(t->by_str);
     dsv4_strmap_free(t->raw);
     dsv4_strmap_free(t->pairs);
+    free(t->merge_start);
+    free(t->merges);
     for (size_t i = 0; i < t->n_added; i++)
         free(t->added[i].content);
     free(t->added);
@@ -957,10 +1018,9 @@ static void push_pair(dsv4_tokenizer *t, size_t *nh, uint32_t pos)
     uint32_t nx = t->nxt[pos];
     if (nx == NO_SYM)
         return;
-    uint32_t key[2] = { t->sym[pos], t->sym[nx] };
-    uint64_t v;
-    if (dsv4_strmap_get(t->pairs, key, sizeof(key), &v))
-        heap_push(t, nh, (struct heap_entry){ (uint32_t)(v >> 32), pos, key[0], key[1] });
+    const struct merge *m = find_merge(t, t->sym[pos], t->sym[nx]);
+    if (m)
+        heap_push(t, nh, (struct heap_entry){ m->rank, pos, t->sym[pos], m->right, m->merged });
 }
 
 static void scratch_reserve(dsv4_tokenizer *t, size_t n)
@@ -1014,9 +1074,7 @@ static void bpe_word(dsv4_tokenizer *t, const uint8_t *w, size_t n, struct dsv4_
         /* Stale entries: the slot was merged away or its pair changed. */
         if (t->sym[p] != e.left || nx == NO_SYM || t->sym[nx] != e.right)
             continue;
-        uint32_t key[2] = { e.left, e.right };
-        dsv4_strmap_get(t->pairs, key, sizeof(key), &v);
-        t->sym[p] = (uint32_t)v;
+        t->sym[p] = e.merged;
         t->sym[nx] = NO_SYM;
         t->nxt[p] = t->nxt[nx];
         if (t->nxt[p] != NO_SYM)
@@ -1046,9 +1104,10 @@ static void bpe_word(dsv4_tokenizer *t, const uint8_t *w, size_t n, struct dsv4_
 static void run_step(dsv4_tokenizer *t, size_t k, const uint8_t *s, size_t n,
                      struct dsv4_ids *out);
 
-/* Next match at or after pos: true and the match in ov[0..1]. A failure
- * other than "no match" (a JIT stack or heap limit) retries without JIT;
- * text is never silently dropped. */
+/* Next match at or after pos: true and the match in *ms, *me. A failure
+ * other than "no match" (a JIT stack or backtracking limit, only possible
+ * with a pathological pattern) retries without JIT, and if that fails too
+ * the rest of the piece is one match: text is never dropped. */
 static bool next_match(dsv4_tokenizer *t, const pcre2_code *re, const uint8_t *s, size_t n,
                        size_t pos, size_t *ms, size_t *me)
 {
@@ -1058,9 +1117,11 @@ static bool next_match(dsv4_tokenizer *t, const pcre2_code *re, const uint8_t *s
     if (rc == PCRE2_ERROR_NOMATCH)
         return false;
     if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(rc, msg, sizeof(msg));
-        dsv4_die("tokenizer: regex match failed on a %zu-byte piece: %s", n, (const char *)msg);
+        if (pos >= n)
+            return false;
+        *ms = pos;
+        *me = n;
+        return true;
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
     *ms = ov[0];
