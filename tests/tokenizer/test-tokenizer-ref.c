@@ -263,7 +263,7 @@ static void test_streaming(void **state)
             struct dsv4_detok d;
             dsv4_detok_init(&d, tok, special);
             char *acc = NULL;
-            size_t n = 0;
+            size_t n = 0, cap = 0;
             for (size_t k = 0; k <= ids->n; k++) {
                 const char *p;
                 size_t l;
@@ -273,7 +273,8 @@ static void test_streaming(void **state)
                     dsv4_detok_flush(&d, &p, &l);
                 /* Every piece is whole characters on its own. */
                 assert_int_equal(dsv4_utf8_valid_prefix((const uint8_t *)p, l), l);
-                acc = dsv4_xrealloc(acc, n + l + 1);
+                if (n + l + 1 > cap)
+                    acc = dsv4_xrealloc(acc, cap = (n + l + 1) * 2);
                 memcpy(acc + n, p, l);
                 n += l;
             }
