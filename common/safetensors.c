@@ -530,19 +530,38 @@ static char *read_whole(int fd, uint64_t size, uint64_t limit, const char *path,
     return buf;
 }
 
+/* openat that cannot hang on a FIFO or device: O_NONBLOCK for the open,
+ * cleared again on a regular file (io_uring would otherwise answer reads
+ * on the shard fd with -EAGAIN). Returns the fd or a negative errno. */
+static int open_nohang(int dirfd, const char *name, struct stat *st)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, st) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    if (S_ISREG(st->st_mode)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            int r = -errno;
+            close(fd);
+            return r;
+        }
+    }
+    return fd;
+}
+
 static int open_regular(int dirfd, const char *name, const char *path, int *fd_out,
                         uint64_t *size_out, struct dsv4_err *err)
 {
     struct qname qf;
-    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsv4_errf(err, -errno, "file '%s': %s", q(&qf, path), strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int r = -errno;
-        close(fd);
-        return dsv4_errf(err, r, "file '%s': %s", q(&qf, path), strerror(-r));
-    }
+    int fd = open_nohang(dirfd, name, &st);
+    if (fd < 0)
+        return dsv4_errf(err, fd, "file '%s': %s", q(&qf, path), strerror(-fd));
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return dsv4_errf(err, -EINVAL, "file '%s': not a regular file", q(&qf, path));
@@ -861,35 +880,26 @@ int dsv4_checkpoint_open(const char *path, dsv4_checkpoint **ret, struct dsv4_er
     dsv4_checkpoint *c = dsv4_xcalloc(1, sizeof(*c));
     c->names = dsv4_strmap_new(0);
     int r = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        r = dsv4_errf(err, -errno, "checkpoint '%s': %s", q(&qf, path), strerror(errno));
-        goto fail;
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        r = dsv4_errf(err, -errno, "checkpoint '%s': %s", q(&qf, path), strerror(errno));
-        close(fd);
+    int fd = open_nohang(AT_FDCWD, path, &st);
+    if (fd < 0) {
+        r = dsv4_errf(err, fd, "checkpoint '%s': %s", q(&qf, path), strerror(-fd));
         goto fail;
     }
     if (S_ISREG(st.st_mode)) {
         add_shard(c, dsv4_xstrdup(path), fd, (uint64_t)st.st_size);
         r = load_shard(c, 0, NULL, err);
     } else if (S_ISDIR(st.st_mode)) {
-        int ifd = openat(fd, INDEX_NAME, O_RDONLY | O_CLOEXEC);
-        if (ifd >= 0) {
-            struct stat ist;
-            if (fstat(ifd, &ist) < 0 || !S_ISREG(ist.st_mode))
-                r = dsv4_errf(err, -EINVAL, "checkpoint '%s': %s is not a regular file",
-                              q(&qf, path), INDEX_NAME);
-            else
-                r = open_indexed(c, path, fd, ifd, (uint64_t)ist.st_size, err);
+        char *ipath = join(path, INDEX_NAME);
+        int ifd;
+        uint64_t isize;
+        r = open_regular(fd, INDEX_NAME, ipath, &ifd, &isize, err);
+        free(ipath);
+        if (r == 0) {
+            r = open_indexed(c, path, fd, ifd, isize, err);
             close(ifd);
-        } else if (errno == ENOENT) {
+        } else if (r == -ENOENT) {
             r = open_single_in_dir(c, path, fd, err);
-        } else {
-            r = dsv4_errf(err, -errno, "checkpoint '%s': %s: %s", q(&qf, path), INDEX_NAME,
-                          strerror(errno));
         }
         close(fd);
     } else {

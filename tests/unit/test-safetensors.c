@@ -816,6 +816,27 @@ static void test_reject_path_missing(void **state)
     free(dir);
 }
 
+static void test_reject_fifo(void **state)
+{
+    (void)state;
+    /* Neither the checkpoint path nor a shard may hang the open. */
+    char *dir = new_dir();
+    char *p = path_in(dir, "f.safetensors");
+    assert_int_equal(mkfifo(p, 0600), 0);
+    expect_open_fails(p, -EINVAL, p, "neither a file nor a directory", NULL);
+    expect_open_fails(dir, -EINVAL, p, "not a regular file", NULL);
+    char *ip = path_in(dir, "model.safetensors.index.json");
+    static const char idx[] = "{\"weight_map\":{\"t\":\"f.safetensors\"}}";
+    write_bytes(ip, idx, strlen(idx));
+    expect_open_fails(dir, -EINVAL, p, "not a regular file", NULL);
+    unlink(ip);
+    assert_int_equal(mkfifo(ip, 0600), 0);
+    expect_open_fails(dir, -EINVAL, ip, "not a regular file", NULL);
+    free(ip);
+    free(p);
+    free(dir);
+}
+
 static void reject_index(const char *index, int code, const char *n1, const char *n2)
 {
     char *dir;
@@ -985,6 +1006,7 @@ int main(void)
         cmocka_unit_test(test_error_names_are_escaped),
         cmocka_unit_test(test_reject_dir_without_safetensors),
         cmocka_unit_test(test_reject_path_missing),
+        cmocka_unit_test(test_reject_fifo),
         cmocka_unit_test(test_reject_index_missing_shard),
         cmocka_unit_test(test_reject_index_tensor_missing_from_shard),
         cmocka_unit_test(test_reject_shard_tensor_not_in_index),
