@@ -14,6 +14,8 @@
 static const struct dsv4ctl_command commands[] = {
     { "version", dsv4ctl_version, "print the version" },
     { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
+    { "tokenize", dsv4ctl_tokenize, "print the token ids of a text" },
+    { "detokenize", dsv4ctl_detokenize, "print the text of token ids" },
 };
 
 int dsv4ctl_version(int argc, char **argv)
