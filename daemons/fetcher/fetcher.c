@@ -720,6 +720,7 @@ static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
      * tail may run into end of file). */
     uint64_t need = sp->data_end > off ? DSV4_MIN(len, sp->data_end - off) : 0;
     const char *shard = dsv4_checkpoint_shard_path(f->ckpt, sp->shard);
+    const char *base = strrchr(shard, '/') ? strrchr(shard, '/') + 1 : shard;
     if (d->res == -EINVAL && f->direct_fd[sp->shard] >= 0) {
         dsv4_log_warn(TOPIC, "%s: O_DIRECT read refused (EINVAL): buffered reads from now on",
                       shard);
@@ -738,12 +739,12 @@ static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
         atomic_fetch_add_explicit(&s->stats.buffered_reads, 1, memory_order_relaxed);
     if (d->res < 0 && l->status == 0) {
         l->status = (int)d->res;
-        snprintf(l->msg, sizeof(l->msg), "read %s at %llu: %s", shard, (unsigned long long)off,
-                 strerror((int)-d->res));
+        snprintf(l->msg, sizeof(l->msg), "%s reading %s at %llu", strerror((int)-d->res), base,
+                 (unsigned long long)off);
     } else if (d->res >= 0 && (uint64_t)d->res < need && l->status == 0) {
         l->status = -EIO;
-        snprintf(l->msg, sizeof(l->msg), "short read %s at %llu: %lld of %llu bytes (truncated?)",
-                 shard, (unsigned long long)off, (long long)d->res, (unsigned long long)need);
+        snprintf(l->msg, sizeof(l->msg), "short read: %lld of %llu bytes of %s at %llu (truncated?)",
+                 (long long)d->res, (unsigned long long)need, base, (unsigned long long)off);
     }
     if (d->res > 0)
         atomic_fetch_add_explicit(&s->stats.bytes_read, (uint64_t)DSV4_MIN((uint64_t)d->res, need),
