@@ -551,7 +551,7 @@ static char *call(const char *run_dir, enum dsv4_fetcher_cmd cmd, int layer, int
     struct dsv4_fetcher_msg m = { cmd, layer, expert };
     char *reply = NULL;
     struct dsv4_err err;
-    for (int i = 0; i < 50 && dsv4_fetcher_ctl_call(run_dir, &m, &reply, 2000, &err) < 0; i++)
+    for (int i = 0; i < 20 && dsv4_fetcher_ctl_call(run_dir, &m, &reply, 1000, &err) < 0; i++)
         usleep(100000);
     if (!reply)
         fail_msg("%s", err.msg);
