@@ -215,6 +215,7 @@ struct dsv4_expert_shm {
     _Atomic uint32_t io_direct;         /* 1 = O_DIRECT reads, 0 = buffered fallback */
     _Atomic uint32_t io_uring;          /* 1 = io_uring, 0 = pread */
     _Atomic uint64_t clock;             /* LRU tick source (fetch_add by anyone) */
+    _Atomic uint32_t blocked;           /* 1 while a demand waits for a lease to end */
     /* Request ring: head/futex/waiters written by the client (256), tail by the fetcher (320). */
     alignas(64) _Atomic uint64_t req_head;
     _Atomic uint32_t req_futex, req_waiters;

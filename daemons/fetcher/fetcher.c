@@ -1035,6 +1035,7 @@ int dsv4_fetcher_run(dsv4_fetcher *f)
         drain_requests(f);
         bool blocked;
         start_loads(f, &blocked);
+        atomic_store_explicit(&s->blocked, blocked, memory_order_relaxed);
         pump(f);
         uint32_t busy = dsv4_fio_in_flight(f->io);
         int n = dsv4_fio_reap(f->io, done, (int)DSV4_ARRAY_SIZE(done), busy ? 250000 : 0);
