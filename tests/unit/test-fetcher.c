@@ -253,12 +253,16 @@ static void *run_thread(void *arg)
     return NULL;
 }
 
+static uint32_t fx_pin_slots, fx_repin_every; /* 0: defaults */
+
 static void fx_start(struct fx *x, const char *model, uint32_t slots, const char *fault)
 {
     memset(x, 0, sizeof(*x));
     make_run_dir(x->run_dir, sizeof(x->run_dir));
     struct dsv4_fetcher_opts o = { .model_dir = model, .run_dir = x->run_dir, .n_slots = slots,
-                                   .queue_depth = 4, .chunk_bytes = 8192 };
+                                   .queue_depth = 4, .chunk_bytes = 8192,
+                                   .pin_slots = fx_pin_slots, .pin_slots_set = fx_pin_slots > 0,
+                                   .repin_every = fx_repin_every };
     if (fault)
         setenv("DSV4_FETCHER_FAULT", fault, 1);
     struct dsv4_err err;
@@ -445,6 +449,53 @@ static void test_prefetch_and_pin(void **state)
     char path[128];
     snprintf(path, sizeof(path), "%s/fetcher-hot.json", x.run_dir);
     assert_int_equal(access(path, F_OK), 0);
+    fx_stop(&x);
+}
+
+static uint32_t slot_state_of(struct dsv4_expert_shm *s, uint32_t key)
+{
+    int32_t slot = atomic_load(&dsv4_expert_shm_dir(s)[key]);
+    return slot < 0 ? DSV4_SLOT_FREE
+                    : DSV4_SLOT_STATE(atomic_load(&dsv4_expert_shm_slots(s)[slot].word));
+}
+
+/* The hot set is learned while running: the two most used experts end up PINNED and survive
+ * a sweep of every other expert through the remaining slots. */
+static void test_hot_set_learned(void **state)
+{
+    fx_pin_slots = 2;
+    fx_repin_every = 8;
+    struct fx x;
+    fx_start(&x, model_dir, 5, NULL);
+    fx_pin_slots = fx_repin_every = 0;
+    struct dsv4_expert_shm *s = dsv4_fetcher_client_shm(x.c);
+    const struct dsv4_fetcher_expert *v;
+    uint32_t hot[2] = { 1 * s->n_experts + 1, 3 * s->n_experts + 4 };
+    for (int r = 0; r < 40; r++) {
+        for (int h = 0; h < 2; h++) {
+            int layer = (int)(hot[h] / s->n_experts), id = (int)(hot[h] % s->n_experts);
+            assert_int_equal(dsv4_fetcher_client_acquire(x.c, layer, &id, 1, &v, NULL), 0);
+            dsv4_fetcher_client_release(x.c, layer, &id, 1);
+        }
+        int cold = r % (int)s->n_experts; /* misses (layer 4 rotates) keep the fetcher turning */
+        assert_int_equal(dsv4_fetcher_client_acquire(x.c, 4, &cold, 1, &v, NULL), 0);
+        dsv4_fetcher_client_release(x.c, 4, &cold, 1);
+        if (slot_state_of(s, hot[0]) == DSV4_SLOT_PINNED &&
+            slot_state_of(s, hot[1]) == DSV4_SLOT_PINNED)
+            break;
+    }
+    assert_int_equal(slot_state_of(s, hot[0]), DSV4_SLOT_PINNED);
+    assert_int_equal(slot_state_of(s, hot[1]), DSV4_SLOT_PINNED);
+    for (uint32_t l = 0; l < s->n_layers; l++)
+        for (int e = 0; e < (int)s->n_experts; e++) {
+            if (l * s->n_experts + (uint32_t)e == hot[0] || l * s->n_experts + (uint32_t)e == hot[1])
+                continue;
+            assert_int_equal(dsv4_fetcher_client_acquire(x.c, (int)l, &e, 1, &v, NULL), 0);
+            dsv4_fetcher_client_release(x.c, (int)l, &e, 1);
+        }
+    assert_int_equal(slot_state_of(s, hot[0]), DSV4_SLOT_PINNED);
+    assert_int_equal(slot_state_of(s, hot[1]), DSV4_SLOT_PINNED);
+    assert_true(atomic_load(&s->stats.pinned) <= 2);
     fx_stop(&x);
 }
 
@@ -679,6 +730,7 @@ int main(void)
         cmocka_unit_test(test_every_expert_bytes),
         cmocka_unit_test(test_random_budget_leases),
         cmocka_unit_test(test_prefetch_and_pin),
+        cmocka_unit_test(test_hot_set_learned),
         cmocka_unit_test(test_injected_eio_and_short),
         cmocka_unit_test(test_odirect_refused_falls_back),
         cmocka_unit_test(test_truncated_shard),
