@@ -71,12 +71,19 @@ DEFAULT_INIT = {
     "compressor": 1.0,     # compressor wkv/wgate ~ N(0, compressor/sqrt(d))
     "comp_norm": 2.0,      # main compressor norm weight mean (scores of compressed rows)
     "wo_b": 3.0,           # attention output projection gain (attention ~ MoE in the stream)
-    "bypass": 0.0,         # confident recipe: weight of the constructed successor map
+    "bypass": 0.0,         # confident recipe: successor vote carried by the embedding
 }
+
+# The confident fixture: same shapes; the embedding (std 3.5) carries a successor vote into the
+# head (bypass 3), the indexer keeps every row (index_topk above any prompt's row count) and
+# gate.bias dominates non-hash selection, which removes the two discrete chaos sources (top-k
+# flips), so margins stay clear while attention and MoE still steer the continuation.
+TINY_CONFIDENT = dict(TINY, index_topk=1024)
+CONFIDENT_INIT = dict(DEFAULT_INIT, embed=3.5, bypass=3.0, gate_bias=4.0)
 
 PRESETS = {
     "tiny": (TINY, DEFAULT_INIT),
-    "tiny-confident": (TINY, dict(DEFAULT_INIT, bypass=1.0)),
+    "tiny-confident": (TINY_CONFIDENT, CONFIDENT_INIT),
 }
 
 
@@ -147,19 +154,15 @@ def quant_fp4(w):
 
 
 def apply_bypass(values, cfg, init, seed):
-    """Confident recipe: a constructed successor map succ(x) written into the head so that the
-    embedding of token x, carried by the residual streams, votes strongly for succ(x).
-    head[succ(x)] += bypass * embed[x] / |embed[x]| * sqrt(d) ... scaled by head gain."""
-    b = init["bypass"]
-    if not b:
+    """Confident recipe: a constructed successor map succ (a random permutation of the vocab)
+    written into the head, head[succ(x)] += bypass * head_gain * embed[x] / |embed[x]|, so the
+    embedding of token x, carried by the residual streams, votes for succ(x)."""
+    if not init["bypass"]:
         return
-    V, d = cfg["vocab_size"], cfg["hidden_size"]
-    g = rng_for(seed, "bypass.successor")
-    succ = g.permutation(V)
-    emb = values["embed.weight"]
-    unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
-    head = values["head.weight"]
-    head[succ] += b * init["head"] * unit
+    succ = rng_for(seed, "bypass.successor").permutation(cfg["vocab_size"])
+    e = values["embed.weight"]
+    values["head.weight"][succ] += init["bypass"] * init["head"] * e / np.linalg.norm(
+        e, axis=1, keepdims=True)
 
 
 def build(cfg, init, seed):
@@ -218,7 +221,8 @@ def resolve(config):
         return PRESETS[config]
     with open(config) as f:
         cfg = json.load(f)
-    return dict(BASE_CONFIG, **cfg), dict(DEFAULT_INIT, **cfg.pop("dsv4_init", {}))
+    init = dict(DEFAULT_INIT, **cfg.pop("dsv4_init", {}))  # optional recipe overrides
+    return dict(BASE_CONFIG, **cfg), init
 
 
 def main():
