@@ -34,10 +34,15 @@
 
 static char model_dir[512];
 
+/* The committed tiny fixture when present, else one generated into the build dir. */
 static void make_model(void)
 {
-    snprintf(model_dir, sizeof(model_dir), "%s/fetcher-tiny", BUILD_DIR);
     char cfg[600];
+    snprintf(model_dir, sizeof(model_dir), "%s/tiny", FIXTURES_DIR);
+    snprintf(cfg, sizeof(cfg), "%s/model.safetensors.index.json", model_dir);
+    if (access(cfg, F_OK) == 0)
+        return;
+    snprintf(model_dir, sizeof(model_dir), "%s/fetcher-tiny", BUILD_DIR);
     snprintf(cfg, sizeof(cfg), "%s/config.json", model_dir);
     if (access(cfg, F_OK) == 0)
         return;
