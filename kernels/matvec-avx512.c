@@ -58,6 +58,11 @@ INLINE __m512 e8m0_16(__m128i bytes)
 
 /* ---- FP8 ---- */
 
+/* Software prefetch into L2 of the same place in the next tile (R rows on):
+ * the hardware streamers alone left the FP8 tiles at about half the rate
+ * they reach on cached data. */
+#define PREFETCH_NEXT_TILE(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+
 INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
                      uint32_t i0, const int R, const int NX)
 {
@@ -76,9 +81,12 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint32_t k0 = kb * B, m = cols - k0 < B ? cols - k0 : B;
         __m512 p[4][4];
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            for (uint32_t u = 0; u < m; u += 64)
+                PREFETCH_NEXT_TILE(wr[r] + k0 + u + (size_t)R * cols);
             for (int n = 0; n < NX; n++)
                 p[r][n] = _mm512_setzero_ps();
+        }
         uint32_t t = 0;
         for (; t + 32 <= m; t += 32) {
             __m512 xa[4], xb[4];
@@ -222,7 +230,8 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
             xo[n] = _mm512_permutex2var_ps(a, odd, b);
         }
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(wr[r] + kb * 16 + 512), _MM_HINT_T0);
+            if ((kb & 3) == 0)
+                PREFETCH_NEXT_TILE(wr[r] + kb * 16 + (size_t)R * (cols / 2));
             __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr[r] + kb * 16)));
             __m512 we = _mm512_permutexvar_ps(bytes, table);
             __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
@@ -300,7 +309,8 @@ INLINE void bf16_tile(const struct dsv4_bf16_weight *w, const float *x, float *y
         for (int n = 0; n < NX; n++)
             xv[n] = _mm512_loadu_ps(x + (size_t)n * cols + k);
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(wr[r] + k + 512), _MM_HINT_T0);
+            if ((k & 31) == 0)
+                PREFETCH_NEXT_TILE(wr[r] + k + (size_t)R * cols);
             __m512 wv = bf16_decode(_mm256_loadu_si256((const __m256i *)(wr[r] + k)));
             for (int n = 0; n < NX; n++)
                 acc[r][n] = _mm512_fmadd_ps(wv, xv[n], acc[r][n]);
