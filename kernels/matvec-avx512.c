@@ -205,16 +205,16 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    const uint8_t *wr[4];
-    const uint8_t *sr[4];
-    __m512 acc[4][4];
+    const uint8_t *wr[8];
+    const uint8_t *sr[8];
+    __m512 acc[8][4];
     for (int r = 0; r < R; r++) {
         wr[r] = w->w + (size_t)(i0 + r) * (cols / 2);
         sr[r] = w->scale + (size_t)(i0 + r) * kblocks;
         for (int n = 0; n < NX; n++)
             acc[r][n] = _mm512_setzero_ps();
     }
-    float sbuf[4][16];
+    float sbuf[8][16];
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         if ((kb & 15) == 0) {
             const uint32_t left = kblocks - kb;
@@ -258,8 +258,8 @@ static void matvec_fp4_avx512(const struct dsv4_fp4_weight *w, const float *x, s
         uint32_t i = row_begin;
         switch (nxc) {
         case 1:
-            for (; i + 4 <= row_end; i += 4)
-                fp4_tile(w, xc, yc, ldy, i, 4, 1);
+            for (; i + 8 <= row_end; i += 8)
+                fp4_tile(w, xc, yc, ldy, i, 8, 1);
             for (; i < row_end; i++)
                 fp4_tile(w, xc, yc, ldy, i, 1, 1);
             break;
