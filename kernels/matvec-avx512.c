@@ -58,6 +58,10 @@ INLINE __m512 e8m0_16(__m128i bytes)
 
 /* ---- FP8 ---- */
 
+#ifndef FP8_R1
+#define FP8_R1 4 /* rows per tile for single-row calls */
+#endif
+
 /* Software prefetch into L2 of the same place in the next tile (R rows on):
  * the hardware streamers alone left the FP8 tiles at about half the rate
  * they reach on cached data. */
@@ -67,10 +71,10 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
                      uint32_t i0, const int R, const int NX)
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
-    const uint8_t *wr[4];
-    const uint8_t *sr[4];
-    __m512 acc[4][4];
-    __m512i nanv[4];
+    const uint8_t *wr[8];
+    const uint8_t *sr[8];
+    __m512 acc[8][4];
+    __m512i nanv[8];
     for (int r = 0; r < R; r++) {
         wr[r] = w->w + (size_t)(i0 + r) * cols;
         sr[r] = w->scale + (size_t)((i0 + r) / B) * kblocks;
@@ -80,7 +84,7 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
     }
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint32_t k0 = kb * B, m = cols - k0 < B ? cols - k0 : B;
-        __m512 p[4][4];
+        __m512 p[8][4];
         for (int r = 0; r < R; r++) {
             for (uint32_t u = 0; u < m; u += 64)
                 PREFETCH_NEXT_TILE(wr[r] + k0 + u + (size_t)R * cols);
@@ -168,8 +172,8 @@ static void matvec_fp8_avx512(const struct dsv4_fp8_weight *w, const float *x, s
         uint32_t i = row_begin;
         switch (nxc) {
         case 1:
-            for (; i + 4 <= row_end; i += 4)
-                fp8_tile(w, xc, yc, ldy, i, 4, 1);
+            for (; i + FP8_R1 <= row_end; i += FP8_R1)
+                fp8_tile(w, xc, yc, ldy, i, FP8_R1, 1);
             for (; i < row_end; i++)
                 fp8_tile(w, xc, yc, ldy, i, 1, 1);
             break;
