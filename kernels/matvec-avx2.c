@@ -81,6 +81,10 @@ INLINE void e8m0_16(const uint8_t *p, uint32_t n, float out[16])
 
 /* ---- FP8 ---- */
 
+#ifndef FP8_R1
+#define FP8_R1 2
+#endif
+
 INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
                      uint32_t i0, const int R, const int NX)
 {
@@ -111,9 +115,7 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             for (int n = 0; n < NX; n++)
                 xv[n] = v16_load(x + (size_t)n * cols + k0 + t);
             for (int r = 0; r < R; r++) {
-                __m128i b = _mm_loadu_si128((const __m128i *)(wr[r] + k0 + t));
-                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_castsi128_si256(_mm_add_epi8(b, b)));
-                struct v16 wv = fp8_decode(b);
+                struct v16 wv = fp8_decode(_mm_loadu_si128((const __m128i *)(wr[r] + k0 + t)));
                 for (int n = 0; n < NX; n++)
                     p[r][n] = v16_fma(wv, xv[n], p[r][n]);
             }
@@ -128,14 +130,24 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             for (int r = 0; r < R; r++) {
                 uint8_t bt[16] = {0};
                 memcpy(bt, wr[r] + k0 + t, m - t);
-                __m128i b = _mm_loadu_si128((const __m128i *)bt);
-                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_castsi128_si256(_mm_add_epi8(b, b)));
-                struct v16 wv = fp8_decode(b);
+                struct v16 wv = fp8_decode(_mm_loadu_si128((const __m128i *)bt));
                 for (int n = 0; n < NX; n++)
                     p[r][n] = v16_fma(wv, xv[n], p[r][n]);
             }
         }
         for (int r = 0; r < R; r++) {
+            /* screen the block's bytes for NaN codes: 2·b is 0xFE only for 0x7F/0xFF */
+            uint32_t u = 0;
+            for (; u + 32 <= m; u += 32) {
+                __m256i b = _mm256_loadu_si256((const __m256i *)(wr[r] + k0 + u));
+                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_add_epi8(b, b));
+            }
+            if (u < m) {
+                uint8_t bt[32] = {0};
+                memcpy(bt, wr[r] + k0 + u, m - u);
+                __m256i b = _mm256_loadu_si256((const __m256i *)bt);
+                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_add_epi8(b, b));
+            }
             const uint8_t e = sr[r][kb];
             if (e <= DSV4_E8M0_FAST_MAX) {
                 const __m256 s = _mm256_set1_ps(dsv4_fp8_fast_scale(e));
@@ -151,8 +163,8 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
         }
     }
     for (int r = 0; r < R; r++) {
-        __m128i v = _mm256_castsi256_si128(nanv[r]);
-        const int has_nan = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xFE))) != 0;
+        const int has_nan =
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv[r], _mm256_set1_epi8((char)0xFE))) != 0;
         for (int n = 0; n < NX; n++)
             y[(size_t)n * ldy + i0 + r] = has_nan ? NAN : reduce16(acc[r][n]);
     }
@@ -195,7 +207,7 @@ static void matvec_fp8_avx2(const struct dsv4_fp8_weight *w, const float *x, siz
         dsv4_kernel_ops_scalar.matvec_fp8(w, x, nx, y, ldy, row_begin, row_end);
         return;
     }
-    DISPATCH(fp8_tile, w, x, nx, y, ldy, row_begin, row_end, 2)
+    DISPATCH(fp8_tile, w, x, nx, y, ldy, row_begin, row_end, FP8_R1)
 }
 
 /* ---- FP4 ---- */
