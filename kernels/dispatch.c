@@ -86,6 +86,12 @@ void dsv4_matvec_fp8(const struct dsv4_fp8_weight *w, const float *x, size_t nx,
     dsv4_kernel_ops()->matvec_fp8(w, x, nx, y, ldy, row_begin, row_end);
 }
 
+void dsv4_matvec_fp8_nanfree(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                             size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    dsv4_kernel_ops()->matvec_fp8_nanfree(w, x, nx, y, ldy, row_begin, row_end);
+}
+
 void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
                      size_t ldy, uint32_t row_begin, uint32_t row_end)
 {

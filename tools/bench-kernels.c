@@ -121,7 +121,7 @@ static double omp_latency_us(int threads)
 
 /* ---- matvec shapes ---- */
 
-enum kind { FP8, FP4, BF16 };
+enum kind { FP8, FP8_NANFREE, FP4, BF16 };
 
 struct shape {
     const char *name;
@@ -134,6 +134,8 @@ static const struct shape shapes[] = {
     {"expert w2 FP4 4096x2048", FP4, 4096, 2048},
     {"wq_b FP8 32768x1024", FP8, 32768, 1024},
     {"wo_b FP8 4096x8192", FP8, 4096, 8192},
+    {"wq_b FP8 nanfree", FP8_NANFREE, 32768, 1024},
+    {"wo_b FP8 nanfree", FP8_NANFREE, 4096, 8192},
     {"head BF16 129280x4096", BF16, 129280, 4096},
 };
 
@@ -141,6 +143,7 @@ static size_t weight_bytes(const struct shape *s)
 {
     switch (s->kind) {
     case FP8:
+    case FP8_NANFREE:
         return (size_t)s->rows * s->cols;
     case FP4:
         return (size_t)s->rows * s->cols / 2;
@@ -153,6 +156,7 @@ static size_t scale_bytes(const struct shape *s)
 {
     switch (s->kind) {
     case FP8:
+    case FP8_NANFREE:
         return (size_t)((s->rows + 127) / 128) * ((s->cols + 127) / 128);
     case FP4:
         return (size_t)s->rows * (s->cols / 32);
@@ -188,6 +192,14 @@ static void call_once(struct ctx *c, const struct shape *s, dsv4_pool *pool,
             dsv4_matvec_fp8_mt(pool, &wt, x, nx, y, s->rows);
         else
             ops->matvec_fp8(&wt, x, nx, y, s->rows, 0, s->rows);
+        break;
+    }
+    case FP8_NANFREE: {
+        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128};
+        if (pool)
+            dsv4_matvec_fp8_nanfree_mt(pool, &wt, x, nx, y, s->rows);
+        else
+            ops->matvec_fp8_nanfree(&wt, x, nx, y, s->rows, 0, s->rows);
         break;
     }
     case FP4: {
@@ -313,7 +325,7 @@ int main(int argc, char **argv)
 
     /* ≫ LLC: at least 3× the reported L3 (some VMs report the whole socket's) and
      * larger than the head */
-    size_t head = weight_bytes(&shapes[4]);
+    size_t head = weight_bytes(&shapes[DSV4_ARRAY_SIZE(shapes) - 1]);
     size_t arena_len = arena_mb << 20;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l3 > 0 && arena_len < 3 * (size_t)l3)
