@@ -15,7 +15,9 @@
  *
  *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]
  */
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@ struct read_job {
 
 static uint64_t read_range(const uint8_t *p, size_t len)
 {
+#if defined(__SSE2__)
     __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 64 <= len; i += 64) {
         a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(p + i)));
@@ -57,6 +60,14 @@ static uint64_t read_range(const uint8_t *p, size_t len)
     }
     a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
     return (uint64_t)_mm_cvtsi128_si64(a0);
+#else
+    const uint64_t *q = (const uint64_t *)(const void *)p;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 8 <= len / 8; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += q[i + k];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+#endif
 }
 
 static void read_share(void *ctx, int worker, int n_workers)
