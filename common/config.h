@@ -8,6 +8,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "err.h"
@@ -67,6 +68,7 @@ struct dsv4_config {
     int dspark_target_layer_ids[16];
 
     /* --- derived --- */
+    int n_blocks;               /* n_layers + n_mtp_layers + dspark_stages = n_compress_ratios */
     enum dsv4_attn_kind layer_kind[DSV4_CONFIG_MAX_LAYERS]; /* per entry of compress_ratios */
     int nope_dim;               /* head_dim - rope_head_dim */
     int hc_dim;                 /* hc_mult * dim */
@@ -77,11 +79,20 @@ struct dsv4_config {
     double index_scale;         /* index_head_dim^-0.5 * index_n_heads^-0.5 */
 };
 
-/* `model_dir` holds config.json (and optionally inference/config.json). */
+/* `model_dir` holds config.json (and optionally inference/config.json).
+ * Precedence: a field may come from either file; when both carry it the
+ * values must agree (else an error naming both). Exception: with dspark_*
+ * keys, inference n_mtp_layers counts drafter stages and HF's
+ * num_nextn_predict_layers is ignored (dspark spec §10). */
 int dsv4_config_load(const char *model_dir, struct dsv4_config *ret, struct dsv4_err *err);
 /* Parse one config.json text; `file_name` is used in error messages. */
 int dsv4_config_parse(const char *json, size_t len, const char *file_name,
                       struct dsv4_config *ret, struct dsv4_err *err);
+
+/* Both texts at once; `inf_json` may be NULL (no inference/config.json). */
+int dsv4_config_parse_pair(const char *json, size_t len, const char *file_name,
+                           const char *inf_json, size_t inf_len, const char *inf_file_name,
+                           struct dsv4_config *ret, struct dsv4_err *err);
 
 static inline bool dsv4_config_layer_hashed(const struct dsv4_config *c, int layer)
 {
