@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Run-time choice of the kernel twin: the best ISA this CPU supports, unless
+ * DSV4_KERNELS=scalar|avx2|avx512 or dsv4_kernels_force() says otherwise.
+ * Every twin gives the same bits (kernels-internal.h), so the choice changes
+ * speed only.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "kernels-internal.h"
+
+static int cpu_has(enum dsv4_isa isa)
+{
+    switch (isa) {
+    case DSV4_ISA_SCALAR:
+        return 1;
+#if defined(__x86_64__) || defined(__i386__)
+    case DSV4_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case DSV4_ISA_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+#endif
+    default:
+        return 0;
+    }
+}
+
+static const struct dsv4_kernel_ops *const all_ops[_DSV4_ISA_MAX] = {
+    [DSV4_ISA_SCALAR] = &dsv4_kernel_ops_scalar,
+    [DSV4_ISA_AVX2] = &dsv4_kernel_ops_avx2,
+    [DSV4_ISA_AVX512] = &dsv4_kernel_ops_avx512,
+};
+
+const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa)
+{
+    if ((unsigned)isa >= _DSV4_ISA_MAX || !cpu_has(isa))
+        return NULL;
+    return all_ops[isa];
+}
+
+static _Atomic(const struct dsv4_kernel_ops *) current;
+
+static const struct dsv4_kernel_ops *choose(void)
+{
+    const char *env = getenv("DSV4_KERNELS");
+    if (env && *env) {
+        for (int i = 0; i < _DSV4_ISA_MAX; i++)
+            if (strcmp(env, all_ops[i]->name) == 0 && dsv4_kernel_ops_for((enum dsv4_isa)i))
+                return all_ops[i];
+        /* an unknown or unsupported name falls back to the best available */
+    }
+    for (int i = _DSV4_ISA_MAX - 1; i >= 0; i--)
+        if (dsv4_kernel_ops_for((enum dsv4_isa)i))
+            return all_ops[i];
+    return &dsv4_kernel_ops_scalar;
+}
+
+const struct dsv4_kernel_ops *dsv4_kernel_ops(void)
+{
+    const struct dsv4_kernel_ops *ops = atomic_load_explicit(&current, memory_order_acquire);
+    if (__builtin_expect(ops == NULL, 0)) {
+        ops = choose();
+        atomic_store_explicit(&current, ops, memory_order_release);
+    }
+    return ops;
+}
+
+int dsv4_kernels_force(enum dsv4_isa isa)
+{
+    const struct dsv4_kernel_ops *ops = dsv4_kernel_ops_for(isa);
+    if (!ops)
+        return -ENOTSUP;
+    atomic_store_explicit(&current, ops, memory_order_release);
+    return 0;
+}
+
+void dsv4_matvec_fp8(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                     size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    dsv4_kernel_ops()->matvec_fp8(w, x, nx, y, ldy, row_begin, row_end);
+}
+
+void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                     size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    dsv4_kernel_ops()->matvec_fp4(w, x, nx, y, ldy, row_begin, row_end);
+}
+
+void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t nx, float *y,
+                      size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    dsv4_kernel_ops()->matvec_bf16(w, x, nx, y, ldy, row_begin, row_end);
+}

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the scalar reference and its SIMD twins share: the per-ISA ops tables
+ * and the exact definition of the lane structure every twin reproduces.
+ *
+ * All matvecs accumulate in DSV4_LANES = 16 fp32 lanes; lane j of a K-block
+ * takes the elements whose offset from the block start is ≡ j (mod 16), in
+ * ascending order, with fused multiply-adds. The 16 lanes are folded by
+ * dsv4_lane_reduce (j + 8, then + 4, + 2, + 1). docs/numerics.md spells the
+ * whole order out; because every twin follows it, all twins give the same
+ * bits.
+ */
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define DSV4_LANES 16
+
+/* E8M0 exponents above this make 2^(e-119) overflow; those blocks take the
+ * two-step scale (×256, then ×2^(e-127)). */
+#define DSV4_E8M0_FAST_MAX 246
+
+extern const struct dsv4_kernel_ops dsv4_kernel_ops_scalar;
+extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx2;
+extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx512;
+
+static inline float dsv4_lane_reduce(const float a[DSV4_LANES])
+{
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = a[j] + a[j + 8];
+    for (int j = 0; j < 4; j++)
+        v[j] = v[j] + v[j + 4];
+    for (int j = 0; j < 2; j++)
+        v[j] = v[j] + v[j + 2];
+    return v[0] + v[1];
+}
+
+static inline float dsv4_f32_from_bits(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t dsv4_bits_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* 2^(e-119), the FP8 block factor when the decoded weight carries 2^-8. */
+static inline float dsv4_fp8_fast_scale(uint8_t e)
+{
+    return dsv4_f32_from_bits((uint32_t)(e + 8) << 23);
+}

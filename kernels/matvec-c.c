@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Scalar reference matvecs: the definition every SIMD twin reproduces bit for
+ * bit (lane structure in kernels-internal.h, prose in docs/numerics.md).
+ * Written for clarity, not speed; fmaf keeps the fused rounding of the twins.
+ */
+#include "kernels-internal.h"
+
+/* E4M3 byte → fp32 value · 2^-8: the exact fp16 bit pattern the twins build
+ * by shifting the byte; NaN codes stay NaN. */
+static float fp8_weight(uint8_t b)
+{
+    return dsv4_e4m3_to_f32(b) * 0x1p-8f;
+}
+
+static float fp8_row(const struct dsv4_fp8_weight *w, uint32_t i, const float *x)
+{
+    const uint32_t B = w->block, kblocks = (w->cols + B - 1) / B;
+    const uint8_t *wr = w->w + (size_t)i * w->cols;
+    const uint8_t *sr = w->scale + (size_t)(i / B) * kblocks;
+    float acc[DSV4_LANES] = {0};
+    for (uint32_t kb = 0; kb < kblocks; kb++) {
+        uint32_t k0 = kb * B, k1 = k0 + B < w->cols ? k0 + B : w->cols;
+        float p[DSV4_LANES] = {0};
+        for (uint32_t k = k0; k < k1; k++)
+            p[(k - k0) % DSV4_LANES] = fmaf(fp8_weight(wr[k]), x[k], p[(k - k0) % DSV4_LANES]);
+        uint8_t e = sr[kb];
+        if (e <= DSV4_E8M0_FAST_MAX) {
+            float s = dsv4_fp8_fast_scale(e);
+            for (int j = 0; j < DSV4_LANES; j++)
+                acc[j] = fmaf(p[j], s, acc[j]);
+        } else {
+            float s = dsv4_e8m0_to_f32(e);
+            for (int j = 0; j < DSV4_LANES; j++)
+                acc[j] = fmaf(p[j] * 256.0f, s, acc[j]);
+        }
+    }
+    return dsv4_lane_reduce(acc);
+}
+
+static void matvec_fp8_c(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                         size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    for (size_t r = 0; r < nx; r++)
+        for (uint32_t i = row_begin; i < row_end; i++)
+            y[r * ldy + i] = fp8_row(w, i, x + r * w->cols);
+}
+
+static float fp4_row(const struct dsv4_fp4_weight *w, uint32_t i, const float *x)
+{
+    const uint32_t kblocks = w->cols / 32;
+    const uint8_t *wr = w->w + (size_t)i * (w->cols / 2);
+    const uint8_t *sr = w->scale + (size_t)i * kblocks;
+    float acc[DSV4_LANES] = {0};
+    for (uint32_t kb = 0; kb < kblocks; kb++) {
+        const uint8_t *b = wr + kb * 16;
+        const float *xb = x + kb * 32;
+        float s = dsv4_e8m0_to_f32(sr[kb]);
+        for (int j = 0; j < DSV4_LANES; j++) {
+            float p = dsv4_e2m1_to_f32(b[j] & 0x0F) * xb[2 * j];
+            p = fmaf(dsv4_e2m1_to_f32(b[j] >> 4), xb[2 * j + 1], p);
+            acc[j] = fmaf(p, s, acc[j]);
+        }
+    }
+    return dsv4_lane_reduce(acc);
+}
+
+static void matvec_fp4_c(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                         size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    for (size_t r = 0; r < nx; r++)
+        for (uint32_t i = row_begin; i < row_end; i++)
+            y[r * ldy + i] = fp4_row(w, i, x + r * w->cols);
+}
+
+static float bf16_row(const struct dsv4_bf16_weight *w, uint32_t i, const float *x)
+{
+    const uint16_t *wr = w->w + (size_t)i * w->cols;
+    float acc[DSV4_LANES] = {0};
+    for (uint32_t k = 0; k < w->cols; k++)
+        acc[k % DSV4_LANES] = fmaf(dsv4_bf16_to_f32(wr[k]), x[k], acc[k % DSV4_LANES]);
+    return dsv4_lane_reduce(acc);
+}
+
+static void matvec_bf16_c(const struct dsv4_bf16_weight *w, const float *x, size_t nx, float *y,
+                          size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    for (size_t r = 0; r < nx; r++)
+        for (uint32_t i = row_begin; i < row_end; i++)
+            y[r * ldy + i] = bf16_row(w, i, x + r * w->cols);
+}
+
+const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
+    .isa = DSV4_ISA_SCALAR,
+    .name = "scalar",
+    .matvec_fp8 = matvec_fp8_c,
+    .matvec_fp4 = matvec_fp4_c,
+    .matvec_bf16 = matvec_bf16_c,
+};

@@ -1,0 +1,535 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Matvec twins: every SIMD twin must give the bits of the scalar reference
+ * (NaN compared as NaN), batched calls the bits of single-row calls, and the
+ * reference must sit within a derived bound of an fp64 oracle:
+ *
+ *   |y − y64| ≤ 1.01 · d · u · Σ|w·x| + d · 2^-149 · σ,   u = 2^-24,
+ *
+ * where d is the longest chain of fp32 roundings any product goes through
+ * (lane FMAs of a block, the block-scale FMA chain, the 4-level fold): the
+ * standard γ_d bound of recursive summation, plus one subnormal ulp per
+ * rounding for underflow, magnified by σ, the largest factor applied after
+ * the block partial sums (2^(e-119) for FP8, 2^(e-127) for FP4, 1 for BF16). Products of the narrow weights with fp32 x are
+ * exact in fp64, so the oracle's own error is far below this.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "kernels.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* roughly normal, scaled */
+static float rnd_f(float scale)
+{
+    double s = 0;
+    for (int i = 0; i < 4; i++)
+        s += (double)(rnd() >> 11) * 0x1p-53 - 0.5;
+    return (float)(s * scale);
+}
+
+static uint8_t rnd_e4m3_finite(void)
+{
+    for (;;) {
+        uint8_t b = (uint8_t)rnd();
+        if ((b & 0x7F) != 0x7F)
+            return b;
+    }
+}
+
+static int same_bits(float a, float b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+static const struct dsv4_kernel_ops *twin(enum dsv4_isa isa)
+{
+    return dsv4_kernel_ops_for(isa);
+}
+
+/* ---- oracles ---- */
+
+static double fp8_w64(const struct dsv4_fp8_weight *w, uint32_t i, uint32_t k)
+{
+    uint32_t kblocks = (w->cols + w->block - 1) / w->block;
+    uint8_t e = w->scale[(i / w->block) * kblocks + k / w->block];
+    double s = e == 0xFF ? NAN : ldexp(1.0, (int)e - 127);
+    return (double)dsv4_e4m3_to_f32(w->w[(size_t)i * w->cols + k]) * s;
+}
+
+static double fp4_w64(const struct dsv4_fp4_weight *w, uint32_t i, uint32_t k)
+{
+    uint8_t b = w->w[(size_t)i * (w->cols / 2) + k / 2];
+    uint8_t e = w->scale[(size_t)i * (w->cols / 32) + k / 32];
+    double s = e == 0xFF ? NAN : ldexp(1.0, (int)e - 127);
+    return (double)dsv4_e2m1_to_f32((k & 1) ? b >> 4 : b & 15) * s;
+}
+
+static double bf16_w64(const struct dsv4_bf16_weight *w, uint32_t i, uint32_t k)
+{
+    return (double)dsv4_bf16_to_f32(w->w[(size_t)i * w->cols + k]);
+}
+
+enum kind { FP8, FP4, BF16 };
+
+struct case_ {
+    enum kind kind;
+    struct dsv4_fp8_weight f8;
+    struct dsv4_fp4_weight f4;
+    struct dsv4_bf16_weight b16;
+    uint32_t rows, cols;
+};
+
+static double w64(const struct case_ *c, uint32_t i, uint32_t k)
+{
+    switch (c->kind) {
+    case FP8:
+        return fp8_w64(&c->f8, i, k);
+    case FP4:
+        return fp4_w64(&c->f4, i, k);
+    default:
+        return bf16_w64(&c->b16, i, k);
+    }
+}
+
+/* d of the header comment for one output */
+static double rounding_depth(const struct case_ *c)
+{
+    uint32_t K = c->cols;
+    switch (c->kind) {
+    case FP8: {
+        uint32_t B = c->f8.block, nb = (K + B - 1) / B;
+        return (B + 15) / 16 + nb + 1 + 4;
+    }
+    case FP4:
+        return 2 + K / 32 + 4;
+    default:
+        return (K + 15) / 16 + 4;
+    }
+}
+
+static void call(const struct dsv4_kernel_ops *ops, const struct case_ *c, const float *x,
+                 size_t nx, float *y, size_t ldy, uint32_t b, uint32_t e)
+{
+    switch (c->kind) {
+    case FP8:
+        ops->matvec_fp8(&c->f8, x, nx, y, ldy, b, e);
+        break;
+    case FP4:
+        ops->matvec_fp4(&c->f4, x, nx, y, ldy, b, e);
+        break;
+    default:
+        ops->matvec_bf16(&c->b16, x, nx, y, ldy, b, e);
+        break;
+    }
+}
+
+static double max_post_scale(const struct case_ *c)
+{
+    int emax = 0, off = 0;
+    size_t n = 0;
+    const uint8_t *s = NULL;
+    if (c->kind == FP8) {
+        uint32_t B = c->f8.block;
+        n = (size_t)((c->rows + B - 1) / B) * ((c->cols + B - 1) / B);
+        s = c->f8.scale;
+        off = 119;
+    } else if (c->kind == FP4) {
+        n = (size_t)c->rows * (c->cols / 32);
+        s = c->f4.scale;
+        off = 127;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != 0xFF && s[i] > emax)
+            emax = s[i];
+    return n ? fmax(1.0, ldexp(1.0, emax - off)) : 1.0;
+}
+
+static void check_oracle(const struct case_ *c, const float *x, const float *y)
+{
+    const double u = 0x1p-24, d = rounding_depth(c), sigma = max_post_scale(c);
+    for (uint32_t i = 0; i < c->rows; i++) {
+        double s = 0, sa = 0;
+        for (uint32_t k = 0; k < c->cols; k++) {
+            double p = w64(c, i, k) * (double)x[k];
+            s += p;
+            sa += fabs(p);
+        }
+        if (isnan(s)) {
+            assert_true(isnan(y[i]));
+            continue;
+        }
+        if (isinf(s) || sa > 3.0e38) {
+            continue; /* overflow regime: twins are still compared bitwise */
+        }
+        double bound = 1.01 * d * u * sa + d * 0x1p-149 * sigma;
+        double err = fabs((double)y[i] - s);
+        if (!(err <= bound))
+            fail_msg("row %u: y=%.9g oracle=%.17g err=%g > bound %g", i, (double)y[i], s, err,
+                     bound);
+    }
+}
+
+/*
+ * Runs one case through every twin: scalar vs oracle, every available twin vs
+ * scalar, batched (nx = 1..6, sub-ranges) vs single rows.
+ */
+static const struct dsv4_kernel_ops *under_test;
+
+static void run_case(const struct case_ *c, const float *x1, int check_oracle_too)
+{
+    const uint32_t rows = c->rows, cols = c->cols;
+    const size_t NXMAX = 6;
+    float *x = malloc(NXMAX * cols * sizeof(float));
+    for (size_t n = 0; n < NXMAX; n++)
+        for (uint32_t k = 0; k < cols; k++)
+            x[n * cols + k] = n == 0 ? x1[k] : rnd_f(4.0f);
+    float *ref = malloc(NXMAX * rows * sizeof(float));
+    float *y = malloc(NXMAX * (rows + 3) * sizeof(float));
+
+    const struct dsv4_kernel_ops *sc = twin(DSV4_ISA_SCALAR);
+    for (size_t n = 0; n < NXMAX; n++)
+        call(sc, c, x + n * cols, 1, ref + n * rows, rows, 0, rows);
+    if (check_oracle_too)
+        check_oracle(c, x, ref);
+
+    {
+        const struct dsv4_kernel_ops *ops = under_test;
+        for (size_t nx = 1; nx <= NXMAX; nx++) {
+            size_t ldy = rows + 3;
+            for (size_t i = 0; i < NXMAX * ldy; i++)
+                y[i] = 12345.0f;
+            call(ops, c, x, nx, y, ldy, 0, rows);
+            for (size_t n = 0; n < nx; n++) {
+                for (uint32_t i = 0; i < rows; i++)
+                    if (!same_bits(y[n * ldy + i], ref[n * rows + i]))
+                        fail_msg("%s nx=%zu row %zu/%u (%ux%u): %.9g != scalar %.9g", ops->name,
+                                 nx, n, i, rows, cols, (double)y[n * ldy + i],
+                                 (double)ref[n * rows + i]);
+                for (uint32_t i = rows; i < ldy; i++)
+                    assert_true(y[n * ldy + i] == 12345.0f);
+            }
+        }
+        /* a sub-range writes exactly its rows */
+        if (rows > 2) {
+            uint32_t b = 1, e = rows - 1;
+            for (size_t i = 0; i < 2 * rows; i++)
+                y[i] = 12345.0f;
+            call(ops, c, x, 2, y, rows, b, e);
+            for (size_t n = 0; n < 2; n++)
+                for (uint32_t i = 0; i < rows; i++) {
+                    if (i < b || i >= e)
+                        assert_true(y[n * rows + i] == 12345.0f);
+                    else
+                        assert_true(same_bits(y[n * rows + i], ref[n * rows + i]));
+                }
+        }
+    }
+    free(x);
+    free(ref);
+    free(y);
+}
+
+/* Each test runs once per twin (its prestate); a twin this CPU lacks is skipped. */
+static void select_twin(void **state)
+{
+    enum dsv4_isa isa = *(const enum dsv4_isa *)*state;
+    under_test = twin(isa);
+    if (!under_test)
+        skip();
+}
+
+/* ---- FP8 ---- */
+
+static struct case_ fp8_case(uint32_t rows, uint32_t cols, uint32_t block, uint8_t *wbuf,
+                             uint8_t *sbuf, int emin, int emax)
+{
+    uint32_t kb = (cols + block - 1) / block, rb = (rows + block - 1) / block;
+    for (size_t i = 0; i < (size_t)rows * cols; i++)
+        wbuf[i] = rnd_e4m3_finite();
+    for (size_t i = 0; i < (size_t)rb * kb; i++)
+        sbuf[i] = (uint8_t)(emin + (int)(rnd() % (uint64_t)(emax - emin + 1)));
+    struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
+    c.f8 = (struct dsv4_fp8_weight){wbuf, sbuf, rows, cols, block};
+    return c;
+}
+
+static void test_fp8_random_shapes(void **state)
+{
+    select_twin(state);
+    static const uint32_t shapes[][3] = {
+        {1, 1, 128},    {3, 17, 128},   {5, 128, 128},  {7, 129, 128}, {9, 255, 128},
+        {130, 300, 128}, {33, 64, 16},  {17, 100, 32},  {6, 200, 64},  {5, 50, 24},
+        {2, 1000, 128}, {260, 256, 128}, {4, 15, 128},   {8, 31, 16},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        uint32_t rows = shapes[s][0], cols = shapes[s][1], B = shapes[s][2];
+        uint8_t *w = malloc((size_t)rows * cols);
+        uint8_t *sc = malloc((size_t)(rows / B + 1) * (cols / B + 1));
+        float *x = malloc(cols * sizeof(float));
+        for (uint32_t k = 0; k < cols; k++)
+            x[k] = rnd_f(2.0f);
+        dsv4_fp8_qdq(x, cols, 128);
+        struct case_ c = fp8_case(rows, cols, B, w, sc, 110, 130);
+        run_case(&c, x, 1);
+        free(w);
+        free(sc);
+        free(x);
+    }
+}
+
+static void test_fp8_all_codes(void **state)
+{
+    select_twin(state);
+    /* row 0: the 254 finite codes; row 1: all 256 (NaN codes included) → NaN;
+     * row 2: zeros → +0; row 3: subnormal codes only */
+    const uint32_t rows = 4, cols = 256, B = 128;
+    uint8_t w[4 * 256], sc[2] = {127, 120};
+    float x[256];
+    for (uint32_t k = 0; k < cols; k++) {
+        w[0 * cols + k] = (uint8_t)(k == 0x7F ? 0x00 : k == 0xFF ? 0x80 : k);
+        w[1 * cols + k] = (uint8_t)k;
+        w[2 * cols + k] = 0;
+        w[3 * cols + k] = (uint8_t)((k & 0x80) | (k % 8));
+        x[k] = rnd_f(1.0f);
+    }
+    struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
+    c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B};
+    run_case(&c, x, 1);
+    float y[4];
+    dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp8(&c.f8, x, 1, y, 4, 0, 4);
+    assert_true(isnan(y[1]));
+    assert_true(y[2] == 0.0f && !signbit(y[2]));
+    /* a single NaN code anywhere poisons its row in every twin */
+    for (uint32_t pos = 0; pos < cols; pos += 37) {
+        memset(w, 0x38, sizeof w);
+        w[pos] = pos & 1 ? 0xFF : 0x7F;
+        run_case(&c, x, 1);
+    }
+}
+
+static void test_fp8_scale_extremes(void **state)
+{
+    select_twin(state);
+    /* E8M0 0 (2^-127, subnormal), the fast/slow boundary 246/247, 254 and NaN 255 */
+    static const uint8_t exps[] = {0, 1, 2, 100, 127, 200, 246, 247, 250, 254, 255};
+    const uint32_t rows = 3, cols = 200, B = 128;
+    uint8_t w[3 * 200], sc[2];
+    float x[200];
+    for (size_t i = 0; i < sizeof exps; i++)
+        for (size_t j = 0; j < sizeof exps; j++) {
+            for (uint32_t k = 0; k < rows * cols; k++)
+                w[k] = rnd_e4m3_finite();
+            for (uint32_t k = 0; k < cols; k++)
+                x[k] = rnd_f(exps[i] > 200 ? 1e-30f : 1.0f);
+            sc[0] = exps[i];
+            sc[1] = exps[j];
+            struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
+            c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B};
+            run_case(&c, x, 1);
+        }
+}
+
+static void test_fp8_special_x(void **state)
+{
+    select_twin(state);
+    /* denormal, zero, infinite and NaN activations */
+    const uint32_t rows = 5, cols = 160, B = 128;
+    uint8_t w[5 * 160], sc[2] = {127, 127};
+    float x[160];
+    struct case_ c = fp8_case(rows, cols, B, w, sc, 127, 127);
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = rnd_f(1.0f) * 0x1p-130f;
+    run_case(&c, x, 1);
+    memset(x, 0, sizeof x);
+    run_case(&c, x, 1);
+    x[77] = INFINITY;
+    run_case(&c, x, 0);
+    x[77] = NAN;
+    run_case(&c, x, 0);
+    float y[5];
+    dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp8(&c.f8, x, 1, y, 5, 0, 5);
+    for (int i = 0; i < 5; i++)
+        assert_true(isnan(y[i]));
+}
+
+/* ---- FP4 ---- */
+
+static void test_fp4_random_shapes(void **state)
+{
+    select_twin(state);
+    static const uint32_t shapes[][2] = {{1, 32}, {3, 64}, {5, 96}, {17, 32}, {130, 256},
+                                         {4, 2048}, {7, 160}, {2, 4096}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        uint32_t rows = shapes[s][0], cols = shapes[s][1];
+        uint8_t *w = malloc((size_t)rows * cols / 2);
+        uint8_t *sc = malloc((size_t)rows * cols / 32);
+        float *x = malloc(cols * sizeof(float));
+        for (size_t i = 0; i < (size_t)rows * cols / 2; i++)
+            w[i] = (uint8_t)rnd();
+        for (size_t i = 0; i < (size_t)rows * cols / 32; i++)
+            sc[i] = (uint8_t)(115 + rnd() % 12);
+        for (uint32_t k = 0; k < cols; k++)
+            x[k] = rnd_f(3.0f);
+        dsv4_fp8_qdq(x, cols, 128);
+        struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+        c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+        run_case(&c, x, 1);
+        free(w);
+        free(sc);
+        free(x);
+    }
+}
+
+static void test_fp4_all_codes_and_scales(void **state)
+{
+    select_twin(state);
+    /* every byte value (all 16×16 nibble pairs) on each row; scales across
+     * the whole E8M0 range, 0 and 255 (NaN) included */
+    const uint32_t rows = 9, cols = 512;
+    uint8_t w[9 * 256], sc[9 * 16];
+    float x[512];
+    static const uint8_t exps[] = {0, 1, 60, 127, 127, 190, 252, 254, 255};
+    for (uint32_t i = 0; i < rows; i++) {
+        for (uint32_t j = 0; j < 256; j++)
+            w[i * 256 + j] = (uint8_t)(j * 7 + i);
+        for (uint32_t j = 0; j < 16; j++)
+            sc[i * 16 + j] = j == 5 ? exps[i] : 127;
+    }
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = rnd_f(1.0f);
+    struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+    c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+    run_case(&c, x, 1);
+    float y[9];
+    dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp4(&c.f4, x, 1, y, 9, 0, 9);
+    assert_true(isnan(y[8]));
+    /* zero rows → +0; denormal activations */
+    memset(w, 0, sizeof w);
+    memset(sc, 127, sizeof sc);
+    run_case(&c, x, 1);
+    dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp4(&c.f4, x, 1, y, 9, 0, 9);
+    assert_true(y[0] == 0.0f && !signbit(y[0]));
+    for (uint32_t i = 0; i < sizeof w; i++)
+        w[i] = (uint8_t)rnd();
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = rnd_f(1.0f) * 0x1p-135f;
+    run_case(&c, x, 1);
+}
+
+/* ---- BF16 ---- */
+
+static void test_bf16_random_shapes(void **state)
+{
+    select_twin(state);
+    static const uint32_t shapes[][2] = {{1, 1}, {3, 15}, {5, 16}, {7, 17}, {17, 33},
+                                         {130, 100}, {4, 4096}, {9, 1000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        uint32_t rows = shapes[s][0], cols = shapes[s][1];
+        uint16_t *w = malloc((size_t)rows * cols * 2);
+        float *x = malloc(cols * sizeof(float));
+        for (size_t i = 0; i < (size_t)rows * cols; i++)
+            w[i] = dsv4_f32_to_bf16(rnd_f(0.1f));
+        for (uint32_t k = 0; k < cols; k++)
+            x[k] = rnd_f(3.0f);
+        struct case_ c = {.kind = BF16, .rows = rows, .cols = cols};
+        c.b16 = (struct dsv4_bf16_weight){w, rows, cols};
+        run_case(&c, x, 1);
+        free(w);
+        free(x);
+    }
+}
+
+static void test_bf16_special(void **state)
+{
+    select_twin(state);
+    /* denormal weights, ±0, ±inf and NaN weights, zero row */
+    const uint32_t rows = 6, cols = 37;
+    uint16_t w[6 * 37];
+    float x[37];
+    for (uint32_t k = 0; k < rows * cols; k++)
+        w[k] = (uint16_t)(rnd() & 0x807F); /* ±denormal */
+    for (uint32_t k = 0; k < cols; k++) {
+        w[1 * cols + k] = 0x8000;
+        w[2 * cols + k] = 0;
+        x[k] = rnd_f(1.0f);
+    }
+    w[3 * cols + 5] = 0x7F80;
+    w[4 * cols + 36] = 0x7FC1;
+    w[5 * cols + 20] = 0xFF80;
+    struct case_ c = {.kind = BF16, .rows = rows, .cols = cols};
+    c.b16 = (struct dsv4_bf16_weight){w, rows, cols};
+    run_case(&c, x, 1);
+    float y[6];
+    dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_bf16(&c.b16, x, 1, y, 6, 0, 6);
+    assert_true(y[1] == 0.0f && !signbit(y[1]) && y[2] == 0.0f);
+    assert_true(isinf(y[3]) && isnan(y[4]) && isinf(y[5]));
+}
+
+/* ---- dispatch ---- */
+
+static void test_dispatch(void **state)
+{
+    (void)state;
+    assert_non_null(dsv4_kernel_ops_for(DSV4_ISA_SCALAR));
+    assert_null(dsv4_kernel_ops_for(_DSV4_ISA_MAX));
+    assert_int_equal(dsv4_kernels_force(DSV4_ISA_SCALAR), 0);
+    assert_int_equal(dsv4_kernel_ops()->isa, DSV4_ISA_SCALAR);
+    for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
+        const struct dsv4_kernel_ops *ops = dsv4_kernel_ops_for((enum dsv4_isa)isa);
+        if (ops) {
+            assert_int_equal(ops->isa, isa);
+            assert_int_equal(dsv4_kernels_force((enum dsv4_isa)isa), 0);
+            assert_ptr_equal(dsv4_kernel_ops(), ops);
+        } else {
+            assert_int_equal(dsv4_kernels_force((enum dsv4_isa)isa), -95 /* ENOTSUP */);
+        }
+    }
+    printf("# available:");
+    for (int isa = 0; isa < _DSV4_ISA_MAX; isa++)
+        if (dsv4_kernel_ops_for((enum dsv4_isa)isa))
+            printf(" %s", dsv4_kernel_ops_for((enum dsv4_isa)isa)->name);
+    printf("\n");
+}
+
+static const enum dsv4_isa isa_scalar = DSV4_ISA_SCALAR, isa_avx2 = DSV4_ISA_AVX2,
+                           isa_avx512 = DSV4_ISA_AVX512;
+
+#define PER_TWIN(t)                                                                                \
+    cmocka_unit_test_prestate(t, (void *)&isa_scalar),                                             \
+        cmocka_unit_test_prestate(t, (void *)&isa_avx2),                                           \
+        cmocka_unit_test_prestate(t, (void *)&isa_avx512)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        PER_TWIN(test_fp8_random_shapes),
+        PER_TWIN(test_fp8_all_codes),
+        PER_TWIN(test_fp8_scale_extremes),
+        PER_TWIN(test_fp8_special_x),
+        PER_TWIN(test_fp4_random_shapes),
+        PER_TWIN(test_fp4_all_codes_and_scales),
+        PER_TWIN(test_bf16_random_shapes),
+        PER_TWIN(test_bf16_special),
+        cmocka_unit_test(test_dispatch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
