@@ -220,14 +220,15 @@ def fp4_qdq(x, block=32):
 
 def dequant_fp8_weight(w, scale, block=128):
     """FP8 block-scaled weight: w uint8 E4M3 codes [out, in], scale uint8 E8M0
-    [ceil(out/B), ceil(in/B)] -> fp32 [out, in] (exact)."""
+    [ceil(out/Bo), ceil(in/Bi)] -> fp32 [out, in] (exact). block = B or (Bo, Bi)."""
+    bo, bi = (block, block) if np.isscalar(block) else tuple(block)
     w = np.asarray(w, dtype=np.uint8)
     out, inn = w.shape
-    nbo, nbi = -(-out // block), -(-inn // block)
+    nbo, nbi = -(-out // bo), -(-inn // bi)
     if scale.shape != (nbo, nbi):
         raise ValueError(f"fp8 scale shape {scale.shape} != {(nbo, nbi)}")
     s = e8m0_to_f32(scale)
-    s_full = np.repeat(np.repeat(s, block, axis=0), block, axis=1)[:out, :inn]
+    s_full = np.repeat(np.repeat(s, bo, axis=0), bi, axis=1)[:out, :inn]
     return (e4m3_decode(w) * s_full).astype(np.float32)
 
 
