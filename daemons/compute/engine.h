@@ -32,6 +32,8 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
                      dsv4_engine **ret, struct dsv4_err *err);
 dsv4_engine *dsv4_engine_free(dsv4_engine *e);
 const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e);
+/* Statistics of the in-process expert cache; -ENOENT with an external provider. */
+int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret);
 
 struct dsv4_session_opts {
     int64_t max_ctx;        /* positions the session can hold; 0 → 4096 */

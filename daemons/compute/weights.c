@@ -325,3 +325,11 @@ const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e)
 {
     return &e->cfg;
 }
+
+int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret)
+{
+    if (!e->cache)
+        return -ENOENT;
+    dsv4_expert_cache_get_stats(e->cache, ret);
+    return 0;
+}
