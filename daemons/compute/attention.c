@@ -167,7 +167,10 @@ void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t 
     for (int r = 0; r < n; r++)
         build_visible(s, layer, r, pos0 + r);
     struct attn_job job = { s, lw->attn_sink, n };
-    if (dsv4_pool_size(e->pool) == 1)
+    uint64_t work = 0;
+    for (int r = 0; r < n; r++)
+        work += (uint64_t)sc->nvis[r] * H * D;
+    if (dsv4_pool_size(e->pool) == 1 || work < (1u << 20))
         attn_worker(&job, 0, 1);
     else
         dsv4_pool_run(e->pool, attn_worker, &job);

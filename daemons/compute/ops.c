@@ -56,13 +56,20 @@ static void mv_worker(void *ctx, int worker, int n_workers)
     }
 }
 
+/* Below this many multiply-adds a pool round trip costs more than it saves. */
+#define PARALLEL_MIN_MACS (1u << 20)
+
 static void run_mv(dsv4_engine *e, enum mv_kind k, const void *w, uint32_t begin, uint32_t end,
                    const float *x, int n, float *y, size_t ldy)
 {
     struct mv_job j = { k, w, x, (size_t)n, y, ldy, begin, end, dsv4_kernel_ops() };
     if (n <= 0 || begin >= end)
         return;
-    if (dsv4_pool_size(e->pool) == 1 || end - begin < 64)
+    uint32_t cols = k == MV_FP8    ? ((const struct dsv4_fp8_weight *)w)->cols
+                    : k == MV_FP4  ? ((const struct dsv4_fp4_weight *)w)->cols
+                                   : ((const struct dsv4_bf16_weight *)w)->cols;
+    uint64_t macs = (uint64_t)(end - begin) * cols * (uint64_t)n;
+    if (dsv4_pool_size(e->pool) == 1 || end - begin < 64 || macs < PARALLEL_MIN_MACS)
         mv_worker(&j, 0, 1);
     else
         dsv4_pool_run(e->pool, mv_worker, &j);
