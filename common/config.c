@@ -533,6 +533,10 @@ static int finish(struct parse *p, struct dsv4_config *c, bool dspark)
     if ((int64_t)c->o_groups * c->o_lora_rank > (1 << 20) ||
         (int64_t)c->n_heads * c->head_dim > (1 << 24))
         return dsv4_errf(e, -ERANGE, "%s: attention projections too large", f);
+    /* Keep the tensor inventory (6 tensors per routed expert per block) bounded. */
+    if ((int64_t)c->n_compress_ratios * (6 * (int64_t)c->n_routed_experts + 64) > (1 << 24))
+        return dsv4_errf(e, -ERANGE, "%s: %d blocks x %d routed experts: more than %d tensors", f,
+                         c->n_compress_ratios, c->n_routed_experts, 1 << 24);
     if (c->n_activated_experts > c->n_routed_experts)
         return dsv4_errf(e, -EINVAL, "%s: num_experts_per_tok %d exceeds n_routed_experts %d", f,
                          c->n_activated_experts, c->n_routed_experts);

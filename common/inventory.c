@@ -148,13 +148,16 @@ static void block(struct builder *b, const char *p, int ratio, bool hashed)
         for (int k = 0; k < 3; k++) {
             /* w1, w3: [I, d] (gate, up); w2: [d, I] (down). */
             uint64_t out = projs[k] == 2 ? d : I, in = projs[k] == 2 ? I : d;
-            struct dsv4_inv_entry *w, *s;
-            w = add(b, DSV4_DTYPE_I8, DSV4_INV_EXPERT, 2, out, in / 2, "%sffn.experts.%llu.w%d.weight",
-                    p, (unsigned long long)e, projs[k]);
-            s = add(b, DSV4_DTYPE_F8_E8M0, DSV4_INV_EXPERT_SCALE, 2, out, in / 32,
+            /* Set fields right after each add: the next add may move the array. */
+            struct dsv4_inv_entry *t;
+            t = add(b, DSV4_DTYPE_I8, DSV4_INV_EXPERT, 2, out, in / 2,
+                    "%sffn.experts.%llu.w%d.weight", p, (unsigned long long)e, projs[k]);
+            t->expert = (int)e;
+            t->proj = projs[k];
+            t = add(b, DSV4_DTYPE_F8_E8M0, DSV4_INV_EXPERT_SCALE, 2, out, in / 32,
                     "%sffn.experts.%llu.w%d.scale", p, (unsigned long long)e, projs[k]);
-            w->expert = s->expert = (int)e;
-            w->proj = s->proj = projs[k];
+            t->expert = (int)e;
+            t->proj = projs[k];
         }
     }
     uint64_t S = (uint64_t)c->n_shared_experts * I;

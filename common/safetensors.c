@@ -287,6 +287,71 @@ static bool only_whitespace(const char *p, const char *end)
     return true;
 }
 
+/* Length of the UTF-8 sequence at p (at most n bytes), 0 if invalid:
+ * overlong forms, surrogates and code points above U+10FFFF are refused. */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned c = p[0];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, cp = c & 0x07;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* What cJSON does not check: the text must be UTF-8 (safetensors says so)
+ * and no string may hold a NUL, escaped or raw, at which cJSON would
+ * silently cut the string, so "a\u0000b" would pose as tensor "a".
+ * Returns the byte offset of the first problem, or SIZE_MAX. */
+static size_t check_text(const char *text, size_t n, const char **why)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    bool in_string = false;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_len(s + i, n - i);
+        if (k == 0) {
+            *why = "invalid UTF-8";
+            return i;
+        }
+        if (k == 1 && in_string && s[i] == '\\') {
+            if (i + 1 < n && s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) {
+                *why = "an escaped NUL (\\u0000) in a string";
+                return i;
+            }
+            i += 2; /* the escaped character is never a quote that ends the string */
+            continue;
+        }
+        if (k == 1 && in_string && s[i] < 0x20) {
+            /* JSON forbids raw control characters in strings; a raw NUL
+             * would cut the string just like an escaped one. */
+            *why = "a raw control character in a string";
+            return i;
+        }
+        if (k == 1 && s[i] == '"')
+            in_string = !in_string;
+        i += k;
+    }
+    return SIZE_MAX;
+}
+
 /* The whole buffer must be one JSON value. cJSON gets a NUL-terminated
  * copy: the Debian library is not built with sanitizers, so an over-read
  * past a bare length-delimited buffer would go unnoticed. */
@@ -313,6 +378,11 @@ int dsv4_safetensors_parse_header(const char *json, size_t header_len, uint64_t 
     int r = check_header_len(header_len, file_size, file_name, err);
     if (r < 0)
         return r;
+    const char *why;
+    size_t bad = check_text(json, header_len, &why);
+    if (bad != SIZE_MAX)
+        return dsv4_errf(err, -EBADMSG, "file '%s': header byte %zu: %s", q(&qf, file_name), bad,
+                         why);
     cJSON *root = parse_json(json, header_len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "file '%s': header is not valid JSON", q(&qf, file_name));
@@ -460,19 +530,38 @@ static char *read_whole(int fd, uint64_t size, uint64_t limit, const char *path,
     return buf;
 }
 
+/* openat that cannot hang on a FIFO or device: O_NONBLOCK for the open,
+ * cleared again on a regular file (io_uring would otherwise answer reads
+ * on the shard fd with -EAGAIN). Returns the fd or a negative errno. */
+static int open_nohang(int dirfd, const char *name, struct stat *st)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, st) < 0) {
+        int r = -errno;
+        close(fd);
+        return r;
+    }
+    if (S_ISREG(st->st_mode)) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+            int r = -errno;
+            close(fd);
+            return r;
+        }
+    }
+    return fd;
+}
+
 static int open_regular(int dirfd, const char *name, const char *path, int *fd_out,
                         uint64_t *size_out, struct dsv4_err *err)
 {
     struct qname qf;
-    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsv4_errf(err, -errno, "file '%s': %s", q(&qf, path), strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int r = -errno;
-        close(fd);
-        return dsv4_errf(err, r, "file '%s': %s", q(&qf, path), strerror(-r));
-    }
+    int fd = open_nohang(dirfd, name, &st);
+    if (fd < 0)
+        return dsv4_errf(err, fd, "file '%s': %s", q(&qf, path), strerror(-fd));
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return dsv4_errf(err, -EINVAL, "file '%s': not a regular file", q(&qf, path));
@@ -591,6 +680,10 @@ static int parse_index(const char *text, size_t len, const char *path, struct in
 {
     struct qname qf, qt, qs;
     int r = 0;
+    const char *why;
+    size_t bad = check_text(text, len, &why);
+    if (bad != SIZE_MAX)
+        return dsv4_errf(err, -EBADMSG, "index '%s': byte %zu: %s", q(&qf, path), bad, why);
     cJSON *root = parse_json(text, len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "index '%s': not valid JSON", q(&qf, path));
@@ -787,35 +880,26 @@ int dsv4_checkpoint_open(const char *path, dsv4_checkpoint **ret, struct dsv4_er
     dsv4_checkpoint *c = dsv4_xcalloc(1, sizeof(*c));
     c->names = dsv4_strmap_new(0);
     int r = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        r = dsv4_errf(err, -errno, "checkpoint '%s': %s", q(&qf, path), strerror(errno));
-        goto fail;
-    }
     struct stat st;
-    if (fstat(fd, &st) < 0) {
-        r = dsv4_errf(err, -errno, "checkpoint '%s': %s", q(&qf, path), strerror(errno));
-        close(fd);
+    int fd = open_nohang(AT_FDCWD, path, &st);
+    if (fd < 0) {
+        r = dsv4_errf(err, fd, "checkpoint '%s': %s", q(&qf, path), strerror(-fd));
         goto fail;
     }
     if (S_ISREG(st.st_mode)) {
         add_shard(c, dsv4_xstrdup(path), fd, (uint64_t)st.st_size);
         r = load_shard(c, 0, NULL, err);
     } else if (S_ISDIR(st.st_mode)) {
-        int ifd = openat(fd, INDEX_NAME, O_RDONLY | O_CLOEXEC);
-        if (ifd >= 0) {
-            struct stat ist;
-            if (fstat(ifd, &ist) < 0 || !S_ISREG(ist.st_mode))
-                r = dsv4_errf(err, -EINVAL, "checkpoint '%s': %s is not a regular file",
-                              q(&qf, path), INDEX_NAME);
-            else
-                r = open_indexed(c, path, fd, ifd, (uint64_t)ist.st_size, err);
+        char *ipath = join(path, INDEX_NAME);
+        int ifd;
+        uint64_t isize;
+        r = open_regular(fd, INDEX_NAME, ipath, &ifd, &isize, err);
+        free(ipath);
+        if (r == 0) {
+            r = open_indexed(c, path, fd, ifd, isize, err);
             close(ifd);
-        } else if (errno == ENOENT) {
+        } else if (r == -ENOENT) {
             r = open_single_in_dir(c, path, fd, err);
-        } else {
-            r = dsv4_errf(err, -errno, "checkpoint '%s': %s: %s", q(&qf, path), INDEX_NAME,
-                          strerror(errno));
         }
         close(fd);
     } else {

@@ -3,7 +3,9 @@
  * Model config: the real Flash, Pro and DSpark-Flash configs load with the
  * right derived constants (values from target spec §2, dspark spec §2/§10),
  * tiny configs load, and every check rejects a config broken in exactly one
- * way with the expected message.
+ * way with the expected message; the tensor inventory derived from the
+ * Flash/Pro/DSpark configs has the spec's counts, bytes and sample shapes
+ * (target spec §3.3/§3.4, dspark spec §10).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "config.h"
+#include "inventory.h"
 
 #define CFG_DIR FIXTURES_DIR "/configs"
 
@@ -251,6 +254,8 @@ static const struct mutation mutations[] = {
     { "flash", HF, "moe_intermediate_size", "0", "moe_intermediate_size: 0 is out of range" },
     { "flash", HF, "o_lora_rank", "8", "o_groups * o_lora_rank = 64 must be a multiple of 128" },
     { "flash", HF, "num_experts_per_tok", "300", "num_experts_per_tok 300 exceeds n_routed_experts 256" },
+    { "flash", HF, "n_routed_experts", "65536",
+      "44 blocks x 65536 routed experts: more than 16777216 tensors" },
     { "flash", HF, "num_hash_layers", "44", "num_hash_layers 44 exceeds num_hidden_layers 43" },
     { "flash", HF, "sliding_window", "0", "sliding_window: 0 is out of range" },
     { "flash", HF, "eos_token_id", "129280", "eos_token_id 129280 must be below vocab_size 129280" },
@@ -393,6 +398,104 @@ static void test_malformed_text(void **state)
     free(c);
 }
 
+/* Inventory counts straight from the config against spec §3.4 [CKPT]. */
+static void check_hist(const struct dsv4_inventory *inv, const size_t want[_DSV4_DTYPE_MAX])
+{
+    for (int t = 0; t < _DSV4_DTYPE_MAX; t++)
+        if (inv->n_by_dtype[t] != want[t])
+            fail_msg("%s: %zu, expected %zu", dsv4_dtype_name((enum dsv4_dtype)t),
+                     inv->n_by_dtype[t], want[t]);
+}
+
+static void expect(const struct dsv4_inventory *inv, const char *name, enum dsv4_dtype t,
+                   uint64_t d0, uint64_t d1)
+{
+    const struct dsv4_inv_entry *e = dsv4_inventory_find(inv, name);
+    if (!e)
+        fail_msg("%s: not in the inventory", name);
+    if (e->dtype != t || e->shape[0] != d0 || e->shape[1] != d1)
+        fail_msg("%s: %s [%llu, %llu], expected %s [%llu, %llu]", name, dsv4_dtype_name(e->dtype),
+                 (unsigned long long)e->shape[0], (unsigned long long)e->shape[1],
+                 dsv4_dtype_name(t), (unsigned long long)d0, (unsigned long long)d1);
+}
+
+static void test_inventory(void **state)
+{
+    (void)state;
+    struct dsv4_config *c = malloc(sizeof(*c));
+    struct dsv4_err e = { "" };
+    struct dsv4_inventory inv;
+
+    assert_int_equal(dsv4_config_load(CFG_DIR "/flash", c, &e), 0);
+    dsv4_inventory_build(c, &inv);
+    assert_int_equal(inv.n, 69187);
+    assert_int_equal(inv.total_bytes, 159609485896ull);
+    check_hist(&inv, (const size_t[_DSV4_DTYPE_MAX]){
+        [DSV4_DTYPE_BF16] = 433, [DSV4_DTYPE_F32] = 417, [DSV4_DTYPE_F8_E4M3] = 375,
+        [DSV4_DTYPE_F8_E8M0] = 34167, [DSV4_DTYPE_I64] = 3, [DSV4_DTYPE_I8] = 33792 });
+    /* Shard-header samples quoted in spec §3.3. */
+    expect(&inv, "layers.0.ffn.gate.tid2eid", DSV4_DTYPE_I64, 129280, 6);
+    expect(&inv, "layers.0.ffn.gate.weight", DSV4_DTYPE_BF16, 256, 4096);
+    expect(&inv, "layers.0.attn.wo_a.weight", DSV4_DTYPE_F8_E4M3, 8192, 4096);
+    expect(&inv, "layers.0.attn.wo_a.scale", DSV4_DTYPE_F8_E8M0, 64, 32);
+    expect(&inv, "layers.0.attn.wq_a.scale", DSV4_DTYPE_F8_E8M0, 8, 32);
+    expect(&inv, "layers.0.ffn.experts.0.w1.weight", DSV4_DTYPE_I8, 2048, 2048);
+    expect(&inv, "layers.0.ffn.experts.0.w1.scale", DSV4_DTYPE_F8_E8M0, 2048, 128);
+    expect(&inv, "layers.2.attn.compressor.ape", DSV4_DTYPE_F32, 4, 1024);
+    expect(&inv, "layers.3.attn.compressor.ape", DSV4_DTYPE_F32, 128, 512);
+    expect(&inv, "layers.2.attn.indexer.compressor.wkv.weight", DSV4_DTYPE_BF16, 256, 4096);
+    expect(&inv, "mtp.0.e_proj.scale", DSV4_DTYPE_F8_E8M0, 32, 32);
+    expect(&inv, "hc_head_scale", DSV4_DTYPE_F32, 1, 0);
+    assert_null(dsv4_inventory_find(&inv, "layers.0.ffn.gate.bias"));   /* hash layer */
+    assert_null(dsv4_inventory_find(&inv, "layers.0.attn.compressor.ape")); /* window */
+    assert_null(dsv4_inventory_find(&inv, "layers.3.attn.indexer.wq_b.weight")); /* HCA */
+    const struct dsv4_inv_entry *w2 = dsv4_inventory_find(&inv, "layers.9.ffn.experts.77.w2.scale");
+    assert_non_null(w2);
+    assert_int_equal(w2->role, DSV4_INV_EXPERT_SCALE);
+    assert_int_equal(w2->block, 9);
+    assert_int_equal(w2->expert, 77);
+    assert_int_equal(w2->proj, 2);
+    assert_int_equal(dsv4_inventory_find(&inv, "mtp.0.attn.wkv.weight")->block, 43);
+    assert_int_equal(dsv4_inventory_find(&inv, "embed.weight")->block, -1);
+    assert_int_equal(inv.expert_bytes, 3ull * (2048 * 2048 + 2048 * 128));
+    assert_int_equal(inv.total_bytes - inv.dense_bytes, inv.expert_bytes * 256 * 44);
+    assert_string_equal(inv.entries[0].name, "embed.weight");
+    dsv4_inventory_free(&inv);
+
+    assert_int_equal(dsv4_config_load(CFG_DIR "/pro", c, &e), 0);
+    dsv4_inventory_build(c, &inv);
+    assert_int_equal(inv.n, 145116);
+    assert_int_equal(inv.total_bytes, 864704792696ull); /* index metadata.total_size */
+    check_hist(&inv, (const size_t[_DSV4_DTYPE_MAX]){
+        [DSV4_DTYPE_BF16] = 619, [DSV4_DTYPE_F32] = 590, [DSV4_DTYPE_F8_E4M3] = 528,
+        [DSV4_DTYPE_F8_E8M0] = 71952, [DSV4_DTYPE_I64] = 3, [DSV4_DTYPE_I8] = 71424 });
+    expect(&inv, "layers.0.attn.compressor.wkv.weight", DSV4_DTYPE_BF16, 512, 7168);
+    expect(&inv, "layers.7.ffn.experts.383.w2.weight", DSV4_DTYPE_I8, 7168, 1536);
+    expect(&inv, "layers.7.ffn.experts.383.w2.scale", DSV4_DTYPE_F8_E8M0, 7168, 96);
+    expect(&inv, "layers.10.attn.indexer.wq_b.scale", DSV4_DTYPE_F8_E8M0, 64, 12);
+    expect(&inv, "layers.5.attn.wo_b.scale", DSV4_DTYPE_F8_E8M0, 56, 128);
+    dsv4_inventory_free(&inv);
+
+    /* DSpark: mtp.0-2 hold 4705 tensors (dspark spec §10), the legacy MTP block is gone. */
+    assert_int_equal(dsv4_config_load(CFG_DIR "/flash-dspark", c, &e), 0);
+    dsv4_inventory_build(c, &inv);
+    size_t n_mtp = 0;
+    for (size_t i = 0; i < inv.n; i++)
+        n_mtp += strncmp(inv.entries[i].name, "mtp.", 4) == 0;
+    assert_int_equal(n_mtp, 4705);
+    assert_int_equal(inv.n, 69187 - 1575 + 4705);
+    expect(&inv, "mtp.0.main_proj.weight", DSV4_DTYPE_F8_E4M3, 4096, 12288);
+    expect(&inv, "mtp.0.main_proj.scale", DSV4_DTYPE_F8_E8M0, 32, 96);
+    expect(&inv, "mtp.2.markov_head.markov_w1.weight", DSV4_DTYPE_BF16, 129280, 256);
+    expect(&inv, "mtp.2.confidence_head.proj.weight", DSV4_DTYPE_BF16, 1, 4352);
+    expect(&inv, "mtp.1.ffn.experts.255.w3.weight", DSV4_DTYPE_I8, 2048, 2048);
+    assert_null(dsv4_inventory_find(&inv, "mtp.0.e_proj.weight"));
+    assert_null(dsv4_inventory_find(&inv, "mtp.1.norm.weight"));
+    assert_null(dsv4_inventory_find(&inv, "mtp.2.main_norm.weight"));
+    dsv4_inventory_free(&inv);
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_tiny),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_malformed_text),
+        cmocka_unit_test(test_inventory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -498,6 +498,55 @@ static void test_reject_header_with_nul(void **state)
     free(dir);
 }
 
+static void test_reject_nul_in_string(void **state)
+{
+    (void)state;
+    /* cJSON would cut the name at the NUL and accept tensor "a". */
+    reject_header("{\"a\\u0000b\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                  NULL, "escaped NUL");
+    reject_header("{\"a\":{\"dtype\":\"U8\\u0000x\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  1, NULL, "escaped NUL");
+    reject_header("{\"a\tb\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, NULL,
+                  "control character");
+    /* An escaped backslash followed by "u0000" is a plain string. */
+    char *dir = new_dir();
+    char *p = path_in(dir, "ok.safetensors");
+    write_raw(p, UINT64_MAX,
+              "{\"a\\\\u0000\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, 0);
+    struct dsv4_err err;
+    dsv4_checkpoint *c = NULL;
+    assert_int_equal(dsv4_checkpoint_open(p, &c, &err), 0);
+    assert_non_null(dsv4_checkpoint_find(c, "a\\u0000"));
+    dsv4_checkpoint_free(c);
+    free(p);
+    free(dir);
+}
+
+static void test_reject_invalid_utf8(void **state)
+{
+    (void)state;
+    reject_header("{\"a\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, NULL,
+                  "invalid UTF-8");
+    reject_header("{\"\xc0\xaf\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+                  NULL, "invalid UTF-8"); /* overlong '/' */
+    reject_header("{\"\xed\xa0\x80\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+                  1, NULL, "invalid UTF-8"); /* surrogate */
+    /* Valid multi-byte names are fine. */
+    char *dir = new_dir();
+    char *p = path_in(dir, "u.safetensors");
+    write_raw(p, UINT64_MAX,
+              "{\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[1],"
+              "\"data_offsets\":[0,1]}}",
+              1, 0);
+    struct dsv4_err err;
+    dsv4_checkpoint *c = NULL;
+    assert_int_equal(dsv4_checkpoint_open(p, &c, &err), 0);
+    assert_non_null(dsv4_checkpoint_find(c, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    dsv4_checkpoint_free(c);
+    free(p);
+    free(dir);
+}
+
 static void test_reject_root_not_object(void **state)
 {
     (void)state;
@@ -767,6 +816,27 @@ static void test_reject_path_missing(void **state)
     free(dir);
 }
 
+static void test_reject_fifo(void **state)
+{
+    (void)state;
+    /* Neither the checkpoint path nor a shard may hang the open. */
+    char *dir = new_dir();
+    char *p = path_in(dir, "f.safetensors");
+    assert_int_equal(mkfifo(p, 0600), 0);
+    expect_open_fails(p, -EINVAL, p, "neither a file nor a directory", NULL);
+    expect_open_fails(dir, -EINVAL, p, "not a regular file", NULL);
+    char *ip = path_in(dir, "model.safetensors.index.json");
+    static const char idx[] = "{\"weight_map\":{\"t\":\"f.safetensors\"}}";
+    write_bytes(ip, idx, strlen(idx));
+    expect_open_fails(dir, -EINVAL, p, "not a regular file", NULL);
+    unlink(ip);
+    assert_int_equal(mkfifo(ip, 0600), 0);
+    expect_open_fails(dir, -EINVAL, ip, "not a regular file", NULL);
+    free(ip);
+    free(p);
+    free(dir);
+}
+
 static void reject_index(const char *index, int code, const char *n1, const char *n2)
 {
     char *dir;
@@ -815,6 +885,10 @@ static void test_reject_index_invalid_json(void **state)
     reject_index("{\"weight_map\":{", -EBADMSG, "model.safetensors.index.json", "not valid JSON");
     reject_index("", -EBADMSG, "model.safetensors.index.json", "not valid JSON");
     reject_index("[]", -EBADMSG, "model.safetensors.index.json", "root is not a JSON object");
+    reject_index("{\"weight_map\":{\"a\\u0000\":\"x.safetensors\"}}", -EBADMSG, "index.json",
+                 "escaped NUL");
+    reject_index("{\"weight_map\":{\"a\":\"x\xfe.safetensors\"}}", -EBADMSG, "index.json",
+                 "invalid UTF-8");
 }
 
 static void test_reject_index_weight_map_type(void **state)
@@ -905,6 +979,8 @@ int main(void)
         cmocka_unit_test(test_reject_truncated_length_field),
         cmocka_unit_test(test_reject_invalid_json),
         cmocka_unit_test(test_reject_header_with_nul),
+        cmocka_unit_test(test_reject_nul_in_string),
+        cmocka_unit_test(test_reject_invalid_utf8),
         cmocka_unit_test(test_reject_root_not_object),
         cmocka_unit_test(test_reject_entry_not_object),
         cmocka_unit_test(test_reject_dtype_type),
@@ -930,6 +1006,7 @@ int main(void)
         cmocka_unit_test(test_error_names_are_escaped),
         cmocka_unit_test(test_reject_dir_without_safetensors),
         cmocka_unit_test(test_reject_path_missing),
+        cmocka_unit_test(test_reject_fifo),
         cmocka_unit_test(test_reject_index_missing_shard),
         cmocka_unit_test(test_reject_index_tensor_missing_from_shard),
         cmocka_unit_test(test_reject_shard_tensor_not_in_index),

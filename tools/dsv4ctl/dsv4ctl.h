@@ -28,3 +28,4 @@ struct dsv4ctl_command {
 int dsv4ctl_version(int argc, char **argv);
 int dsv4ctl_run(int argc, char **argv);
 int dsv4ctl_score(int argc, char **argv);
+int dsv4ctl_inspect(int argc, char **argv);
