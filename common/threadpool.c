@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -76,6 +77,9 @@ static uint32_t spin_while_equal(_Atomic uint32_t *addr, uint32_t val, uint64_t 
                 start = now;
             else if (now - start >= spin_ns)
                 return val;
+            /* let a descheduled peer run when the machine is oversubscribed */
+            if ((i & 1023) == 1023)
+                sched_yield();
         }
         cpu_relax();
     }

@@ -58,9 +58,21 @@ INLINE struct v16 fp8_decode(__m128i bytes)
                         _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
 }
 
-INLINE float e8m0(uint8_t e)
+/* up to 16 E8M0 bytes → 2^(e-127) each (byte 0 → 2^-127, 0xFF → NaN) */
+INLINE void e8m0_16(const uint8_t *p, uint32_t n, float out[16])
 {
-    return (uint8_t)(e - 1) < 254 ? dsv4_f32_from_bits((uint32_t)e << 23) : dsv4_e8m0_to_f32(e);
+    uint8_t b[16] = {0};
+    memcpy(b, p, n < 16 ? n : 16);
+    __m128i bytes = _mm_loadu_si128((const __m128i *)b);
+    for (int h = 0; h < 2; h++) {
+        __m256i e = _mm256_cvtepu8_epi32(h ? _mm_unpackhi_epi64(bytes, bytes) : bytes);
+        __m256i v = _mm256_slli_epi32(e, 23);
+        v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x00400000),
+                               _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+        v = _mm256_blendv_epi8(v, _mm256_set1_epi32(0x7FC00000),
+                               _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+        _mm256_storeu_si256((__m256i *)(out + 8 * h), v);
+    }
 }
 
 /* ---- FP8 ---- */
@@ -213,10 +225,18 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
         for (int n = 0; n < NX; n++)
             acc[r][n] = v16_zero();
     }
+    float sbuf[4][16];
     for (uint32_t kb = 0; kb < kblocks; kb++) {
+        if ((kb & 15) == 0)
+            for (int r = 0; r < R; r++)
+                e8m0_16(sr[r] + kb, kblocks - kb, sbuf[r]);
         struct v16 xe[4], xo[4];
-        for (int n = 0; n < NX; n++)
-            deinterleave32(x + (size_t)n * cols + kb * 32, &xe[n], &xo[n]);
+        for (int n = 0; n < NX; n++) {
+            /* x arrives pre-split per block: 16 even then 16 odd elements */
+            const float *xb = x + (size_t)n * cols + kb * 32;
+            xe[n] = v16_load(xb);
+            xo[n] = v16_load(xb + 16);
+        }
         for (int r = 0; r < R; r++) {
             __m128i b = _mm_loadu_si128((const __m128i *)(wr[r] + kb * 16));
             __m128i he = _mm_shuffle_epi8(table, _mm_and_si128(b, low4));
@@ -226,7 +246,7 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
                              _mm256_cvtph_ps(_mm_unpackhi_epi8(z, he))};
             struct v16 wo = {_mm256_cvtph_ps(_mm_unpacklo_epi8(z, ho)),
                              _mm256_cvtph_ps(_mm_unpackhi_epi8(z, ho))};
-            const __m256 s = _mm256_set1_ps(e8m0(sr[r][kb]));
+            const __m256 s = _mm256_set1_ps(sbuf[r][kb & 15]);
             for (int n = 0; n < NX; n++) {
                 struct v16 p = {_mm256_mul_ps(we.lo, xe[n].lo), _mm256_mul_ps(we.hi, xe[n].hi)};
                 p = v16_fma(wo, xo[n], p);
@@ -239,10 +259,43 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
             y[(size_t)n * ldy + i0 + r] = reduce16(acc[r][n]);
 }
 
+/* x split once per call into even/odd halves per 32-block, so the tiles load
+ * them directly; done in chunks of activation rows that fit the buffer */
+#define FP4_SPLIT_FLOATS 16384
+
+static void fp4_rows(const struct dsv4_fp4_weight *w, const float *xs, size_t nx, float *y,
+                     size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    DISPATCH(fp4_tile, w, xs, nx, y, ldy, row_begin, row_end, 4)
+}
+
 static void matvec_fp4_avx2(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
                             size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
-    DISPATCH(fp4_tile, w, x, nx, y, ldy, row_begin, row_end, 2)
+    float xs[FP4_SPLIT_FLOATS] __attribute__((aligned(32)));
+    const size_t cols = w->cols;
+    if (cols > FP4_SPLIT_FLOATS) {
+        /* beyond any checkpoint shape: split into a heap-free per-row pass */
+        for (size_t n = 0; n < nx; n++)
+            for (uint32_t i = row_begin; i < row_end; i++)
+                dsv4_kernel_ops_scalar.matvec_fp4(w, x + n * cols, 1, y + n * ldy, ldy, i, i + 1);
+        return;
+    }
+    const size_t per = FP4_SPLIT_FLOATS / cols;
+    for (size_t c0 = 0; c0 < nx; c0 += per) {
+        const size_t nc = nx - c0 < per ? nx - c0 : per;
+        for (size_t n = 0; n < nc; n++)
+            for (size_t kb = 0; kb < cols / 32; kb++) {
+                struct v16 xe, xo;
+                deinterleave32(x + (c0 + n) * cols + kb * 32, &xe, &xo);
+                float *d = xs + n * cols + kb * 32;
+                _mm256_storeu_ps(d, xe.lo);
+                _mm256_storeu_ps(d + 8, xe.hi);
+                _mm256_storeu_ps(d + 16, xo.lo);
+                _mm256_storeu_ps(d + 24, xo.hi);
+            }
+        fp4_rows(w, xs, nc, y + c0 * ldy, ldy, row_begin, row_end);
+    }
 }
 
 /* ---- BF16 ---- */

@@ -35,9 +35,25 @@ INLINE __m512 fp8_decode(__m128i bytes)
     return _mm512_cvtph_ps(h);
 }
 
-INLINE float e8m0(uint8_t e)
+/* 32 E4M3 bytes → two vectors (bytes 0-15, 16-31), as two fp8_decode calls */
+INLINE void fp8_decode32(const uint8_t *p, __m512 *a, __m512 *b)
 {
-    return (uint8_t)(e - 1) < 254 ? dsv4_f32_from_bits((uint32_t)e << 23) : dsv4_e8m0_to_f32(e);
+    __m512i h = _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)p)), 7);
+    h = _mm512_and_si512(h, _mm512_set1_epi16((short)0xBFFF));
+    *a = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    *b = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+/* 16 E8M0 bytes → 2^(e-127) each, with byte 0 → 2^-127 and 0xFF → NaN */
+INLINE __m512 e8m0_16(__m128i bytes)
+{
+    __m512i e = _mm512_cvtepu8_epi32(bytes);
+    __m512i v = _mm512_slli_epi32(e, 23);
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                              _mm512_set1_epi32(0x00400000));
+    v = _mm512_mask_mov_epi32(v, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+                              _mm512_set1_epi32(0x7FC00000));
+    return _mm512_castsi512_ps(v);
 }
 
 /* ---- FP8 ---- */
@@ -64,6 +80,21 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             for (int n = 0; n < NX; n++)
                 p[r][n] = _mm512_setzero_ps();
         uint32_t t = 0;
+        for (; t + 32 <= m; t += 32) {
+            __m512 xa[4], xb[4];
+            for (int n = 0; n < NX; n++) {
+                xa[n] = _mm512_loadu_ps(x + (size_t)n * cols + k0 + t);
+                xb[n] = _mm512_loadu_ps(x + (size_t)n * cols + k0 + t + 16);
+            }
+            for (int r = 0; r < R; r++) {
+                __m512 wa, wb;
+                fp8_decode32(wr[r] + k0 + t, &wa, &wb);
+                for (int n = 0; n < NX; n++)
+                    p[r][n] = _mm512_fmadd_ps(wa, xa[n], p[r][n]);
+                for (int n = 0; n < NX; n++)
+                    p[r][n] = _mm512_fmadd_ps(wb, xb[n], p[r][n]);
+            }
+        }
         for (; t + 16 <= m; t += 16) {
             __m512 xv[4];
             for (int n = 0; n < NX; n++)
@@ -86,9 +117,13 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             }
         }
         for (int r = 0; r < R; r++) {
-            for (uint32_t u = 0; u < m; u += 64) {
-                const __mmask64 mk = m - u >= 64 ? ~0ull : (1ull << (m - u)) - 1;
-                __m512i b = _mm512_maskz_loadu_epi8(mk, wr[r] + k0 + u);
+            uint32_t u = 0;
+            for (; u + 64 <= m; u += 64) {
+                __m512i b = _mm512_loadu_si512(wr[r] + k0 + u);
+                nanv[r] = _mm512_max_epu8(nanv[r], _mm512_add_epi8(b, b));
+            }
+            if (u < m) {
+                __m512i b = _mm512_maskz_loadu_epi8((1ull << (m - u)) - 1, wr[r] + k0 + u);
                 nanv[r] = _mm512_max_epu8(nanv[r], _mm512_add_epi8(b, b));
             }
             const uint8_t e = sr[r][kb];
@@ -171,7 +206,14 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
         for (int n = 0; n < NX; n++)
             acc[r][n] = _mm512_setzero_ps();
     }
+    float sbuf[4][16];
     for (uint32_t kb = 0; kb < kblocks; kb++) {
+        if ((kb & 15) == 0) {
+            const uint32_t left = kblocks - kb;
+            const __mmask16 mk = left >= 16 ? 0xFFFF : (__mmask16)((1u << left) - 1);
+            for (int r = 0; r < R; r++)
+                _mm512_storeu_ps(sbuf[r], e8m0_16(_mm_maskz_loadu_epi8(mk, sr[r] + kb)));
+        }
         __m512 xe[4], xo[4];
         for (int n = 0; n < NX; n++) {
             const float *xb = x + (size_t)n * cols + kb * 32;
@@ -184,7 +226,7 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
             __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wr[r] + kb * 16)));
             __m512 we = _mm512_permutexvar_ps(bytes, table);
             __m512 wo = _mm512_permutexvar_ps(_mm512_srli_epi32(bytes, 4), table);
-            const __m512 s = _mm512_set1_ps(e8m0(sr[r][kb]));
+            const __m512 s = _mm512_set1_ps(sbuf[r][kb & 15]);
             for (int n = 0; n < NX; n++) {
                 __m512 p = _mm512_mul_ps(we, xe[n]);
                 p = _mm512_fmadd_ps(wo, xo[n], p);

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Kernel benchmark (not a test): matvec time per call at the real Flash
+ * shapes for every available twin, on one thread and on all threads, weight
+ * GB/s, the machine's DRAM read bandwidth measured in the same run, and the
+ * ratio of the two; plus the dispatch latency of the thread pool (and of an
+ * OpenMP parallel region, when built with OpenMP, for comparison).
+ *
+ * Weights come from an arena much larger than the last-level cache and each
+ * call uses the next slice of it, so they are read from DRAM as in decode.
+ *
+ *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]
+ */
+#include <emmintrin.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels.h"
+#include "matvec-mt.h"
+#include "util.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+/* ---- DRAM read bandwidth ---- */
+
+struct read_job {
+    const uint8_t *buf;
+    size_t len;
+    uint64_t sink[64];
+};
+
+static uint64_t read_range(const uint8_t *p, size_t len)
+{
+    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 64 <= len; i += 64) {
+        a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(p + i)));
+        a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(p + i + 16)));
+        a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(p + i + 32)));
+        a3 = _mm_add_epi64(a3, _mm_load_si128((const __m128i *)(p + i + 48)));
+    }
+    a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+    return (uint64_t)_mm_cvtsi128_si64(a0);
+}
+
+static void read_share(void *ctx, int worker, int n_workers)
+{
+    struct read_job *j = ctx;
+    unsigned long b, e;
+    dsv4_pool_split(j->len, 4096, worker, n_workers, &b, &e);
+    j->sink[worker] = read_range(j->buf + b, e - b);
+}
+
+/* best of 3 full passes, GB/s */
+static double dram_read_gbs(dsv4_pool *pool, const uint8_t *buf, size_t len)
+{
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        struct read_job j = {.buf = buf, .len = len};
+        uint64_t t0 = dsv4_now_ns();
+        dsv4_pool_run(pool, read_share, &j);
+        double gbs = (double)len / (double)(dsv4_now_ns() - t0);
+        if (gbs > best)
+            best = gbs;
+    }
+    return best;
+}
+
+/* ---- pool dispatch latency ---- */
+
+static void empty_job(void *ctx, int worker, int n_workers)
+{
+    (void)ctx, (void)worker, (void)n_workers;
+}
+
+static double pool_latency_us(dsv4_pool *pool)
+{
+    const int n = 20000;
+    for (int i = 0; i < 1000; i++)
+        dsv4_pool_run(pool, empty_job, NULL);
+    uint64_t t0 = dsv4_now_ns();
+    for (int i = 0; i < n; i++)
+        dsv4_pool_run(pool, empty_job, NULL);
+    return (double)(dsv4_now_ns() - t0) / n / 1000.0;
+}
+
+#ifdef _OPENMP
+static double omp_latency_us(int threads)
+{
+    const int n = 20000;
+    volatile int sink = 0;
+    for (int i = 0; i < 1000; i++) {
+#pragma omp parallel num_threads(threads)
+        sink += 0;
+    }
+    uint64_t t0 = dsv4_now_ns();
+    for (int i = 0; i < n; i++) {
+#pragma omp parallel num_threads(threads)
+        sink += 0;
+    }
+    (void)sink;
+    return (double)(dsv4_now_ns() - t0) / n / 1000.0;
+}
+#endif
+
+/* ---- matvec shapes ---- */
+
+enum kind { FP8, FP4, BF16 };
+
+struct shape {
+    const char *name;
+    enum kind kind;
+    uint32_t rows, cols;
+};
+
+static const struct shape shapes[] = {
+    {"expert w1/w3 FP4 2048x4096", FP4, 2048, 4096},
+    {"expert w2 FP4 4096x2048", FP4, 4096, 2048},
+    {"wq_b FP8 32768x1024", FP8, 32768, 1024},
+    {"wo_b FP8 4096x8192", FP8, 4096, 8192},
+    {"head BF16 129280x4096", BF16, 129280, 4096},
+};
+
+static size_t weight_bytes(const struct shape *s)
+{
+    switch (s->kind) {
+    case FP8:
+        return (size_t)s->rows * s->cols;
+    case FP4:
+        return (size_t)s->rows * s->cols / 2;
+    default:
+        return (size_t)s->rows * s->cols * 2;
+    }
+}
+
+static size_t scale_bytes(const struct shape *s)
+{
+    switch (s->kind) {
+    case FP8:
+        return (size_t)((s->rows + 127) / 128) * ((s->cols + 127) / 128);
+    case FP4:
+        return (size_t)s->rows * (s->cols / 32);
+    default:
+        return 0;
+    }
+}
+
+struct ctx {
+    uint8_t *arena;
+    size_t arena_len;
+    uint8_t *scales;
+    size_t scales_len;
+    size_t next; /* next arena offset */
+    size_t next_s;
+};
+
+static void call_once(struct ctx *c, const struct shape *s, dsv4_pool *pool,
+                      const struct dsv4_kernel_ops *ops, const float *x, size_t nx, float *y)
+{
+    size_t wb = weight_bytes(s), sb = scale_bytes(s);
+    if (c->next + wb > c->arena_len)
+        c->next = 0;
+    if (c->next_s + sb > c->scales_len)
+        c->next_s = 0;
+    const uint8_t *w = c->arena + c->next, *sc = c->scales + c->next_s;
+    c->next = (c->next + wb + 4095) & ~(size_t)4095;
+    c->next_s = (c->next_s + sb + 63) & ~(size_t)63;
+    switch (s->kind) {
+    case FP8: {
+        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128};
+        if (pool)
+            dsv4_matvec_fp8_mt(pool, &wt, x, nx, y, s->rows);
+        else
+            ops->matvec_fp8(&wt, x, nx, y, s->rows, 0, s->rows);
+        break;
+    }
+    case FP4: {
+        struct dsv4_fp4_weight wt = {w, sc, s->rows, s->cols};
+        if (pool)
+            dsv4_matvec_fp4_mt(pool, &wt, x, nx, y, s->rows);
+        else
+            ops->matvec_fp4(&wt, x, nx, y, s->rows, 0, s->rows);
+        break;
+    }
+    default: {
+        struct dsv4_bf16_weight wt = {(const uint16_t *)(const void *)w, s->rows, s->cols};
+        if (pool)
+            dsv4_matvec_bf16_mt(pool, &wt, x, nx, y, s->rows);
+        else
+            ops->matvec_bf16(&wt, x, nx, y, s->rows, 0, s->rows);
+        break;
+    }
+    }
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median seconds per call over ≥ 5 calls and ≥ 0.4 s */
+static double time_calls(struct ctx *c, const struct shape *s, dsv4_pool *pool,
+                         const struct dsv4_kernel_ops *ops, const float *x, size_t nx, float *y)
+{
+    uint64_t t[4096];
+    int n = 0;
+    call_once(c, s, pool, ops, x, nx, y); /* warm-up */
+    uint64_t start = dsv4_now_ns();
+    while (n < (int)DSV4_ARRAY_SIZE(t) && (n < 5 || dsv4_now_ns() - start < 400000000ull)) {
+        uint64_t t0 = dsv4_now_ns();
+        call_once(c, s, pool, ops, x, nx, y);
+        t[n++] = dsv4_now_ns() - t0;
+    }
+    qsort(t, (size_t)n, sizeof t[0], cmp_u64);
+    return (double)t[n / 2] * 1e-9;
+}
+
+static void hardware_line(int threads)
+{
+    char model[256] = "unknown";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[512];
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "model name", 10) == 0) {
+                char *p = strchr(line, ':');
+                if (p) {
+                    snprintf(model, sizeof model, "%s", p + 2);
+                    model[strcspn(model, "\n")] = '\0';
+                }
+                break;
+            }
+        fclose(f);
+    }
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    printf("hardware: %s, %ld cpus online, %d threads used, L3 %ld KiB, ISA:", model,
+           sysconf(_SC_NPROCESSORS_ONLN), threads, l3 > 0 ? l3 / 1024 : -1);
+    for (int i = 0; i < _DSV4_ISA_MAX; i++)
+        if (dsv4_kernel_ops_for((enum dsv4_isa)i))
+            printf(" %s", dsv4_kernel_ops_for((enum dsv4_isa)i)->name);
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    size_t arena_mb = 1280, nx = 1;
+    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int want[_DSV4_ISA_MAX] = {0, 1, 1};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--arena-mb") && i + 1 < argc) {
+            arena_mb = strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            threads = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--nx") && i + 1 < argc) {
+            nx = strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            const char *list = argv[++i];
+            for (int k = 0; k < _DSV4_ISA_MAX; k++) {
+                const char *names[] = {"scalar", "avx2", "avx512"};
+                want[k] = strstr(list, names[k]) != NULL;
+            }
+        } else {
+            fprintf(stderr,
+                    "usage: %s [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (threads < 1)
+        threads = 1;
+    if (nx < 1)
+        nx = 1;
+    hardware_line(threads);
+
+    size_t head = weight_bytes(&shapes[4]);
+    size_t arena_len = arena_mb << 20;
+    if (arena_len < head + (64u << 20))
+        arena_len = head + (64u << 20);
+    struct ctx c = {.arena_len = arena_len, .scales_len = 64u << 20};
+    c.arena = dsv4_xaligned_alloc(4096, arena_len);
+    c.scales = dsv4_xaligned_alloc(4096, c.scales_len);
+    /* sane finite data for every format: bf16 words in [2^-15, 2) of either
+     * sign with the low bit clear, so no byte is an E4M3 NaN code */
+    uint16_t *a16 = (uint16_t *)(void *)c.arena;
+    for (size_t i = 0; i < arena_len / 2; i++)
+        a16[i] = (uint16_t)(((rnd() & 0x87FE) | 0x3800));
+    for (size_t i = 0; i < c.scales_len; i++)
+        c.scales[i] = (uint8_t)(120 + rnd() % 10);
+    float *x = dsv4_xaligned_alloc(64, nx * 8192 * sizeof(float));
+    for (size_t i = 0; i < nx * 8192; i++)
+        x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
+    dsv4_fp8_qdq(x, nx * 8192, 128);
+    float *y = dsv4_xaligned_alloc(64, nx * 129280 * sizeof(float));
+
+    dsv4_pool *one = dsv4_pool_new(1), *all = dsv4_pool_new(threads);
+    double bw1 = dram_read_gbs(one, c.arena, arena_len);
+    double bwn = dram_read_gbs(all, c.arena, arena_len);
+    printf("DRAM read (%zu MiB buffer, best of 3): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",
+           arena_len >> 20, bw1, threads, bwn);
+    printf("pool dispatch latency (empty job, %d threads): %.2f us\n", threads,
+           pool_latency_us(all));
+#ifdef _OPENMP
+    printf("OpenMP parallel region latency (empty, %d threads): %.2f us\n", threads,
+           omp_latency_us(threads));
+#endif
+    printf("nx = %zu activation row(s); GB/s counts weight + scale bytes; ratio = GB/s / DRAM read "
+           "GB/s at the same thread count\n\n",
+           nx);
+    printf("| shape | isa | 1 thread ms | GB/s | ratio | %d threads ms | GB/s | ratio |\n", threads);
+    printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (size_t si = 0; si < DSV4_ARRAY_SIZE(shapes); si++) {
+        const struct shape *s = &shapes[si];
+        double bytes = (double)(weight_bytes(s) + scale_bytes(s));
+        for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
+            const struct dsv4_kernel_ops *ops = dsv4_kernel_ops_for((enum dsv4_isa)isa);
+            if (!ops || !want[isa])
+                continue;
+            dsv4_kernels_force((enum dsv4_isa)isa);
+            double t1 = time_calls(&c, s, NULL, ops, x, nx, y);
+            double tn = time_calls(&c, s, all, ops, x, nx, y);
+            double g1 = bytes / t1 * 1e-9, gn = bytes / tn * 1e-9;
+            printf("| %s | %s | %.3f | %.2f | %.2f | %.3f | %.2f | %.2f |\n", s->name, ops->name,
+                   t1 * 1e3, g1, g1 / bw1, tn * 1e3, gn, gn / bwn);
+            fflush(stdout);
+        }
+    }
+    dsv4_pool_free(one);
+    dsv4_pool_free(all);
+    free(c.arena);
+    free(c.scales);
+    free(x);
+    free(y);
+    return 0;
+}
