@@ -21,6 +21,7 @@ Variants are legitimate numerical alternatives (an ensemble of them measures how
 correct implementations can drift apart); mutations (MUTATIONS) are deliberate bugs used to
 prove that the fixture detects each of them.
 """
+import copy
 import json
 import os
 import sys
@@ -115,14 +116,13 @@ def _f(x):
 
 
 def fexp(x):
-    """fp32 exp, computed in float64 and rounded (row-independent, unlike SIMD float32 exp)."""
-    with np.errstate(over='ignore'):
-        return np.exp(np.asarray(x, dtype=f64)).astype(f32)
+    """fp32 exp, computed in float64 and rounded (row-independent, unlike SIMD float32 exp).
+    Arguments are clipped at 100 (far above fp32 overflow) to keep float64 exp finite."""
+    return np.exp(np.minimum(np.asarray(x, dtype=f64), 100.0)).astype(f32)
 
 
 def fsigmoid(x):
-    with np.errstate(over='ignore'):
-        return (1.0 / (1.0 + np.exp(-np.asarray(x, dtype=f64)))).astype(f32)
+    return (1.0 / (1.0 + np.exp(np.minimum(-np.asarray(x, dtype=f64), 700.0)))).astype(f32)
 
 
 def frsqrt(x):
@@ -296,14 +296,25 @@ class Model:
         with open(os.path.join(model_dir, 'config.json')) as fh:
             self.cfg = Config(json.load(fh))
         ck = checkpoint if checkpoint is not None else safetensors_io.load_checkpoint(model_dir)
-        self.acc = _Acc(self.v.sum_seed)
         self._load(ck)
+        self._setup()
+
+    def _setup(self):
+        self.trace = None      # set to a dict to record intermediates (see _record)
         c = self.cfg
         if self.v.mut('indexer_from_a') and 4 in c.ratios and c.q_lora != c.d:
             raise ValueError("indexer_from_a needs q_lora_rank == hidden_size")
+        self.acc = _Acc(self.v.sum_seed)
         self.freq_win = rope_freqs(c.R, c.rope_theta, self.v.mut('yarn_everywhere'), c)
         self.freq_comp = rope_freqs(c.R, c.compress_theta, not self.v.mut('no_yarn'), c)
         self.hadamard = hadamard_matrix(c.idx_dim) if 4 in c.ratios else None
+
+    def with_variant(self, variant):
+        """The same loaded weights under another Variant (weights are shared, read-only)."""
+        m = copy.copy(self)
+        m.v = variant
+        m._setup()
+        return m
 
     # -- loading ------------------------------------------------------------------------
     def _load(self, ck):
@@ -465,19 +476,15 @@ class Model:
             C = (C / (self._colsum(C) + eps)).astype(f32)
         return C
 
+    # fp32 sums over the hc axis: numpy adds the few terms sequentially, in index order, for
+    # every row alike (row-independent).
     @staticmethod
     def _rowsum(C):
-        s = C[..., :, 0:1].copy()
-        for k in range(1, C.shape[-1]):
-            s = (s + C[..., :, k:k + 1]).astype(f32)
-        return s
+        return np.add.reduce(C, axis=-1, dtype=f32, keepdims=True)
 
     @staticmethod
     def _colsum(C):
-        s = C[..., 0:1, :].copy()
-        for j in range(1, C.shape[-2]):
-            s = (s + C[..., j:j + 1, :]).astype(f32)
-        return s
+        return np.add.reduce(C, axis=-2, dtype=f32, keepdims=True)
 
     def hc_pre(self, X, params, site):
         fnT, base, scale = params
@@ -511,8 +518,8 @@ class Model:
 
     # -- compressor ----------------------------------------------------------------------
     def _compress(self, ls, which, cw, a, pos, ratio, site):
-        """Streaming compressor (model.py Compressor; spec §10). Appends the rows of every
-        window completed by this chunk to ls.comp / ls.idx and returns nothing.
+        """Streaming compressor (model.py Compressor; spec §10). Returns the post-processed
+        rows of every window this chunk completes ([nw, c], or None); the caller appends them.
 
         State (ls.ctail / ls.itail) = (start position, kvp [m, coff*c], score+ape [m, coff*c],
         rows emitted): the projections of the tokens that later windows still need."""
@@ -637,6 +644,7 @@ class Model:
             if r is not None:
                 ls.idx = _cat(ls.idx, r)
             sel = self.indexer_select(w, ls, a, qr, pos, L)
+            self._record(f'L{L}.index_sel', sel)
         if ratio:
             r = self._compress(ls, 'ctail', w['comp'], a, pos, ratio, f'L{L}.comp')
             if r is not None:
@@ -754,6 +762,7 @@ class Model:
 
     def moe(self, w, f, toks, L):
         sel, wts = self.route(w, f, toks, L)
+        self._record(f'L{L}.experts', sel)
         y = np.zeros_like(f)
         for e in range(self.cfg.n_routed):
             hit = sel == e
@@ -767,6 +776,14 @@ class Model:
         return bf16(y)
 
     # -- forward ---------------------------------------------------------------------------
+    def _record(self, key, value):
+        """With m.trace = {} the forward pass appends copies of its intermediates per chunk:
+        'L{L}.attn_in' (a), 'L{L}.attn_out', 'L{L}.ffn_in', 'L{L}.moe_out', 'L{L}.streams'
+        (after the layer), 'L{L}.experts' (selected ids), 'L{L}.index_sel' (CSA top-k in official
+        order), 'final' (normed hidden before the head). To localise a divergence layer by layer."""
+        if self.trace is not None:
+            self.trace.setdefault(key, []).append(np.array(value, copy=True))
+
     def forward(self, st, tokens, start_pos):
         """Logits (float32 [len(tokens), vocab]) of every position of the chunk."""
         c = self.cfg
@@ -784,11 +801,58 @@ class Model:
             ls = st.layers[L]
             y, post, comb = self.hc_pre(X, w['hc_attn'], f'L{L}.hc_attn')
             a = self.rmsnorm(y, w['attn_norm'])
+            self._record(f'L{L}.attn_in', a)
             o = self.attention(w, ls, a, pos, L)
+            self._record(f'L{L}.attn_out', o)
             X = self.hc_post(o, X, post, comb)
             y, post, comb = self.hc_pre(X, w['hc_ffn'], f'L{L}.hc_ffn')
             fin = self.rmsnorm(y, w['ffn_norm'])
-            X = self.hc_post(self.moe(w, fin, toks, L), X, post, comb)
+            self._record(f'L{L}.ffn_in', fin)
+            mo = self.moe(w, fin, toks, L)
+            self._record(f'L{L}.moe_out', mo)
+            X = self.hc_post(mo, X, post, comb)
+            self._record(f'L{L}.streams', X)
         st.pos += n
         y = self.rmsnorm(self.hc_head_collapse(X), self.norm_w)
+        self._record('final', y)
         return self.mm(y, self.head_T, 'head')
+
+
+def _parse_variant(text):
+    """'sum_seed=3,kv_fp8=0,p_layout=compact,mutation=no_sink' -> Variant."""
+    kw = {}
+    for item in filter(None, (text or '').split(',')):
+        k, v = item.split('=', 1)
+        if k in ('sum_seed', 'attn_block'):
+            kw[k] = int(v)
+        elif k in ('kv_fp8', 'p_bf16'):
+            kw[k] = v not in ('0', 'false', 'False')
+        else:
+            kw[k] = v
+    return Variant(**kw)
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description="Run the numpy DeepSeek-V4 reference on token ids.")
+    ap.add_argument('model_dir')
+    ap.add_argument('--tokens', required=True, help="comma-separated token ids")
+    ap.add_argument('--variant', default='', help="e.g. sum_seed=3,mutation=no_sink")
+    ap.add_argument('--chunk', type=int, default=0, help="forward in chunks of N (1 = decode)")
+    ap.add_argument('--out', help="write all logits (float32 [n, vocab]) as .npy")
+    a = ap.parse_args(argv)
+    toks = [int(t) for t in a.tokens.split(',') if t.strip()]
+    m = Model(a.model_dir, _parse_variant(a.variant))
+    st = m.new_state()
+    step = a.chunk or len(toks)
+    logits = np.concatenate([m.forward(st, toks[i:i + step], i)
+                             for i in range(0, len(toks), step)])
+    if a.out:
+        np.save(a.out, logits)
+    for t, row in enumerate(logits):
+        top = np.argsort(-row, kind='stable')[:2]
+        print(f"{t} argmax {top[0]} margin {row[top[0]] - row[top[1]]:.4f}")
+
+
+if __name__ == '__main__':
+    main()

@@ -37,8 +37,10 @@ E4M3_VALUES = _e4m3_table()
 def bf16_bits(x):
     """fp32 -> raw bf16 bits (uint16), round to nearest even; NaN stays a quiet NaN."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    b = x.view(np.uint32).astype(np.uint64)
-    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+    b = x.view(np.uint32)
+    r = b + np.uint32(0x7FFF)              # wraps only for negative NaNs, fixed below
+    r += (b >> 16) & np.uint32(1)
+    r = (r >> 16).astype(np.uint16)
     nan = np.isnan(x)
     if nan.any():
         r = np.where(nan, ((b >> 16).astype(np.uint16) & 0x8000) | 0x7FC0, r).astype(np.uint16)
@@ -98,35 +100,40 @@ def pow2_scale(amax, inv_max):
 # ------------------------------------------------------------------- generic RNE rounding
 
 def _round_minifloat(x, min_normal_exp, mant_bits, vmax):
-    """Round |x| to a minifloat grid (RNE, ties to the even code), saturating at vmax.
+    """Round fp32 x to a minifloat grid (RNE, ties to the even code), saturating at vmax.
 
-    The grid spacing in binade [2^e, 2^(e+1)) is 2^(e - mant_bits) for e >= min_normal_exp and
-    2^(min_normal_exp - mant_bits) below (subnormals). Rounding an integer multiple with
-    half-to-even gives an even mantissa code, i.e. the even code of the two neighbours.
-    Returns float64 values (exact), sign preserved (NaN propagates).
+    Normal range: round the fp32 bit pattern to `mant_bits` mantissa bits (add half-ulp - 1 plus
+    the kept lsb, clear the dropped bits), which is RNE and carries into the exponent exactly.
+    Below 2^min_normal_exp the grid is uniform with step 2^(min_normal_exp - mant_bits):
+    np.round (half to even) of the exact quotient. Returns float32 (sign kept, NaN kept).
     """
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float32)
     a = np.abs(x)
-    with np.errstate(divide='ignore', invalid='ignore'):
-        _, e = np.frexp(a)
-    e = np.maximum(e - 1, min_normal_exp)
-    q = np.ldexp(1.0, e - mant_bits)
-    r = np.round(a / q) * q
-    r = np.minimum(r, vmax)
-    return np.copysign(r, x)
+    drop = 23 - mant_bits
+    b = np.ascontiguousarray(a).view(np.uint32)
+    r = b + np.uint32((1 << (drop - 1)) - 1)
+    r += (b >> drop) & np.uint32(1)
+    r &= np.uint32(~((1 << drop) - 1) & 0xFFFFFFFF)
+    rn = r.view(np.float32)
+    step = np.float32(2.0 ** (min_normal_exp - mant_bits))
+    rs = (np.round(a / step) * step).astype(np.float32)
+    v = np.where(a < np.float32(2.0 ** min_normal_exp), rs, rn)
+    v = np.minimum(v, np.float32(vmax))
+    v = np.where(np.isnan(a), a, v)
+    return np.copysign(v, x).astype(np.float32)
 
 
 # ------------------------------------------------------------------------------------- E4M3
 
 def e4m3_round(x):
     """fp32 -> nearest E4M3 value as fp32 (RNE, saturating ±448, NaN stays NaN)."""
-    return _round_minifloat(x, -6, 3, E4M3_MAX).astype(np.float32)
+    return _round_minifloat(x, -6, 3, E4M3_MAX)
 
 
 def e4m3_encode(x):
     """fp32 -> E4M3 codes (uint8): RNE, saturating ±448, NaN -> 0x7F / 0xFF (by sign bit)."""
     x = np.asarray(x, dtype=np.float32)
-    v = _round_minifloat(x, -6, 3, E4M3_MAX)
+    v = _round_minifloat(x, -6, 3, E4M3_MAX).astype(np.float64)
     a = np.abs(v)
     with np.errstate(divide='ignore', invalid='ignore'):
         _, e = np.frexp(a)
@@ -152,13 +159,13 @@ def e4m3_decode(c):
 
 def e2m1_round(x):
     """fp32 -> nearest E2M1 value as fp32 (RNE ties to even code, saturating ±6)."""
-    return _round_minifloat(x, 0, 1, E2M1_MAX).astype(np.float32)
+    return _round_minifloat(x, 0, 1, E2M1_MAX)
 
 
 def e2m1_encode(x):
     """fp32 -> E2M1 codes 0..15 (uint8; bit 3 = sign). NaN is not representable (-> 0)."""
     x = np.asarray(x, dtype=np.float32)
-    v = np.abs(_round_minifloat(x, 0, 1, E2M1_MAX))
+    v = np.abs(_round_minifloat(x, 0, 1, E2M1_MAX).astype(np.float64))
     v = np.where(np.isnan(v), 0.0, v)
     # positive values 0,0.5,1,1.5,2,3,4,6 -> codes 0..7
     code = np.searchsorted(E2M1_VALUES[:8].astype(np.float64), v).astype(np.uint8)
