@@ -5,7 +5,8 @@
  *     with 64 KiB of payload behind it;
  *  2. as a whole safetensors file (8-byte length, header, payload), put in
  *     a memfd and opened with dsv4_checkpoint_open; every tensor accepted
- *     is then read back and compared with the input bytes.
+ *     is then read back and compared with the input bytes. An input that
+ *     starts with '{' is also wrapped into such a file as its header.
  * Beyond "no crash, no leak", accepted tensors must satisfy the invariants
  * the rest of the engine relies on; a violation aborts.
  */
@@ -104,6 +105,22 @@ static void as_file(const uint8_t *data, size_t size)
     close(fd);
 }
 
+/* An input that looks like header JSON is also tried as a whole file with
+ * that header and 256 payload bytes, so mutated headers reach the
+ * open/read path too and not just the length check. */
+static void as_wrapped_file(const uint8_t *data, size_t size)
+{
+    size_t n = 8 + size + 256;
+    uint8_t *f = dsv4_xmalloc(n);
+    for (int i = 0; i < 8; i++)
+        f[i] = (uint8_t)((uint64_t)size >> (8 * i));
+    memcpy(f + 8, data, size);
+    for (size_t i = 0; i < 256; i++)
+        f[8 + size + i] = (uint8_t)(i * 37u + 11u);
+    as_file(f, n);
+    free(f);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -112,5 +129,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0; /* big inputs only slow the search down */
     as_header(data, size);
     as_file(data, size);
+    if (size > 0 && data[0] == '{')
+        as_wrapped_file(data, size);
     return 0;
 }
