@@ -76,7 +76,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case O_MODEL:
             a->model = optarg;
@@ -140,6 +140,9 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
                    generate ? "ids" : "tsv");
             return -1;
+        case ':':
+            fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);
+            return DSV4_EXIT_USAGE;
         default:
             fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[optind - 1]);
             return DSV4_EXIT_USAGE;
