@@ -206,8 +206,6 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
     const uint32_t cols = w->cols, kblocks = cols / 32;
     const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
                                         -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const uint8_t *wr[8];
     const uint8_t *sr[8];
     __m512 acc[8][4];
@@ -227,10 +225,10 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
         }
         __m512 xe[4], xo[4];
         for (int n = 0; n < NX; n++) {
+            /* x arrives pre-split per block: 16 even then 16 odd elements */
             const float *xb = x + (size_t)n * cols + kb * 32;
-            __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
-            xe[n] = _mm512_permutex2var_ps(a, even, b);
-            xo[n] = _mm512_permutex2var_ps(a, odd, b);
+            xe[n] = _mm512_loadu_ps(xb);
+            xo[n] = _mm512_loadu_ps(xb + 16);
         }
         for (int r = 0; r < R; r++) {
             if ((kb & 3) == 0)
@@ -251,8 +249,8 @@ INLINE void fp4_tile(const struct dsv4_fp4_weight *w, const float *x, float *y, 
             y[(size_t)n * ldy + i0 + r] = reduce16(acc[r][n]);
 }
 
-static void matvec_fp4_avx512(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
-                              size_t ldy, uint32_t row_begin, uint32_t row_end)
+static void fp4_rows(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                     size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
     for (size_t n0 = 0; n0 < nx; n0 += 4) {
         const size_t nxc = nx - n0 < 4 ? nx - n0 : 4;
@@ -285,6 +283,35 @@ static void matvec_fp4_avx512(const struct dsv4_fp4_weight *w, const float *x, s
                 fp4_tile(w, xc, yc, ldy, i, 1, 4);
             break;
         }
+    }
+}
+
+/* x split once per call into even/odd halves per 32-block (what the tiles
+ * load), in chunks of activation rows that fit the stack buffer */
+#define FP4_SPLIT_FLOATS 16384
+
+static void matvec_fp4_avx512(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                              size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    float xs[FP4_SPLIT_FLOATS] __attribute__((aligned(64)));
+    const size_t cols = w->cols;
+    if (cols > FP4_SPLIT_FLOATS) {
+        dsv4_kernel_ops_scalar.matvec_fp4(w, x, nx, y, ldy, row_begin, row_end);
+        return;
+    }
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const size_t per = FP4_SPLIT_FLOATS / cols;
+    for (size_t c0 = 0; c0 < nx; c0 += per) {
+        const size_t nc = nx - c0 < per ? nx - c0 : per;
+        for (size_t n = 0; n < nc; n++)
+            for (size_t kb = 0; kb < cols / 32; kb++) {
+                const float *xb = x + (c0 + n) * cols + kb * 32;
+                __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+                _mm512_store_ps(xs + n * cols + kb * 32, _mm512_permutex2var_ps(a, even, b));
+                _mm512_store_ps(xs + n * cols + kb * 32 + 16, _mm512_permutex2var_ps(a, odd, b));
+            }
+        fp4_rows(w, xs, nc, y + c0 * ldy, ldy, row_begin, row_end);
     }
 }
 
