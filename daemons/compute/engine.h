@@ -65,6 +65,22 @@ enum dsv4_logits_mode {
 int dsv4_session_forward(dsv4_session *s, const int32_t *tokens, int n,
                          enum dsv4_logits_mode mode, float *logits, struct dsv4_err *err);
 
+/*
+ * Target features for the DSpark drafter (dspark spec §4): for every fed token and every layer
+ * of `layers` (strictly ascending), the plain mean of the hc residual streams after that
+ * layer has run, rounded to bf16: hidden[token][i][dim].
+ */
+struct dsv4_capture {
+    const int *layers;
+    int n_layers;
+    float *hidden;
+};
+
+/* dsv4_session_forward plus the capture (`cap` may be NULL); -EINVAL for a bad layer list. */
+int dsv4_session_forward_capture(dsv4_session *s, const int32_t *tokens, int n,
+                                 enum dsv4_logits_mode mode, float *logits,
+                                 const struct dsv4_capture *cap, struct dsv4_err *err);
+
 /* Remember the current position as the base of later rollbacks. */
 void dsv4_session_snapshot(dsv4_session *s);
 /*

@@ -166,8 +166,30 @@ int dsv4_session_rollback(dsv4_session *s, int64_t pos, struct dsv4_err *err)
     return 0;
 }
 
+/* hidden[r][i] = bf16(mean of the hc streams of row r) for the capture slot i of layer l */
+static void capture_layer(const dsv4_engine *e, const float *x, int n, int l,
+                          const struct dsv4_capture *cap, float *hidden)
+{
+    int d = e->cfg.dim, hc = e->cfg.hc_mult;
+    for (int i = 0; i < cap->n_layers; i++) {
+        if (cap->layers[i] != l)
+            continue;
+        for (int r = 0; r < n; r++) {
+            const float *xr = x + (size_t)r * hc * d;
+            float *h = hidden + ((size_t)r * cap->n_layers + i) * d;
+            for (int k = 0; k < d; k++) {
+                float acc = xr[k];
+                for (int j = 1; j < hc; j++)
+                    acc += xr[(size_t)j * d + k];
+                h[k] = dsv4_bf16_round(acc / (float)hc);
+            }
+        }
+    }
+}
+
 static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *logits,
-                         enum dsv4_logits_mode mode, struct dsv4_err *err)
+                         enum dsv4_logits_mode mode, const struct dsv4_capture *cap,
+                         float *hidden, struct dsv4_err *err)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
@@ -196,6 +218,8 @@ static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *l
         if (rc < 0)
             return rc;
         mhc_post(e, sc->out, sc->x, sc->post, sc->comb, n);
+        if (cap)
+            capture_layer(e, sc->x, n, l, cap, hidden);
     }
     if (mode == DSV4_LOGITS_ALL)
         head_logits(s, sc->x, n, logits);
@@ -208,7 +232,24 @@ static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *l
 int dsv4_session_forward(dsv4_session *s, const int32_t *tokens, int n,
                          enum dsv4_logits_mode mode, float *logits, struct dsv4_err *err)
 {
+    return dsv4_session_forward_capture(s, tokens, n, mode, logits, NULL, err);
+}
+
+int dsv4_session_forward_capture(dsv4_session *s, const int32_t *tokens, int n,
+                                 enum dsv4_logits_mode mode, float *logits,
+                                 const struct dsv4_capture *cap, struct dsv4_err *err)
+{
     const struct dsv4_config *c = &s->e->cfg;
+    if (cap) {
+        if (cap->n_layers < 1 || !cap->hidden)
+            return dsv4_errf(err, -EINVAL, "forward: empty capture");
+        for (int i = 0; i < cap->n_layers; i++)
+            if (cap->layers[i] < 0 || cap->layers[i] >= c->n_layers ||
+                (i > 0 && cap->layers[i] <= cap->layers[i - 1]))
+                return dsv4_errf(err, -EINVAL,
+                                 "forward: capture layers must be ascending in 0..%d",
+                                 c->n_layers - 1);
+    }
     if (n < 1)
         return dsv4_errf(err, -EINVAL, "forward: no tokens");
     if (s->pos + n > s->max_ctx)
@@ -225,7 +266,8 @@ int dsv4_session_forward(dsv4_session *s, const int32_t *tokens, int n,
                                    : last                  ? mode
                                                            : DSV4_LOGITS_NONE;
         float *lg = mode == DSV4_LOGITS_ALL ? logits + (size_t)done * c->vocab_size : logits;
-        int rc = forward_chunk(s, tokens + done, m, lg, cm, err);
+        float *hid = cap ? cap->hidden + (size_t)done * cap->n_layers * c->dim : NULL;
+        int rc = forward_chunk(s, tokens + done, m, lg, cm, cap, hid, err);
         if (rc < 0)
             return rc;
         done += m;

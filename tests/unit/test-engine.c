@@ -289,6 +289,54 @@ static void test_expert_provider(void **state)
     free(ref);
 }
 
+/* DSpark capture: same bits in chunked prefill and decode, no effect on the logits. */
+static void test_capture(void **state)
+{
+    (void)state;
+    dsv4_engine *e = open_engine(1, 0, NULL);
+    int L = dsv4_engine_config(e)->n_layers, d = dsv4_engine_config(e)->dim, n = 70;
+    int layers[2] = { 0, L - 1 };
+    float *ref = all_logits(e, n, 64);
+    float *lg = dsv4_xmalloc((size_t)n * vocab * sizeof(float));
+    float *ha = dsv4_xcalloc((size_t)n * 2 * d, sizeof(float));
+    float *hb = dsv4_xcalloc((size_t)n * 2 * d, sizeof(float));
+    struct dsv4_err err;
+    dsv4_session *s = new_session(e, 64, 16);
+    struct dsv4_capture cap = { layers, 2, ha };
+    assert_int_equal(dsv4_session_forward_capture(s, tokens, n, DSV4_LOGITS_ALL, lg, &cap, &err),
+                     0);
+    assert_memory_equal(lg, ref, (size_t)n * vocab * sizeof(float));
+    dsv4_session_free(s);
+    s = new_session(e, 64, 16);
+    for (int i = 0; i < n; i++) {
+        struct dsv4_capture c1 = { layers, 2, hb + (size_t)i * 2 * d };
+        assert_int_equal(dsv4_session_forward_capture(s, tokens + i, 1, DSV4_LOGITS_NONE, NULL,
+                                                      &c1, &err), 0);
+    }
+    assert_memory_equal(ha, hb, (size_t)n * 2 * d * sizeof(float));
+    int differ = 0;
+    for (size_t i = 0; i < (size_t)n * 2 * d; i++) {
+        assert_true(isfinite(ha[i]) && dsv4_bf16_round(ha[i]) == ha[i]);
+        differ += i % (2 * (size_t)d) < (size_t)d && ha[i] != ha[i + d];
+    }
+    assert_true(differ > 0);
+    int bad[2] = { L - 1, 0 };
+    struct dsv4_capture cb = { bad, 2, hb };
+    assert_int_equal(dsv4_session_forward_capture(s, tokens, 1, DSV4_LOGITS_NONE, NULL, &cb,
+                                                  &err), -EINVAL);
+    bad[0] = L;
+    cb.n_layers = 1;
+    assert_int_equal(dsv4_session_forward_capture(s, tokens, 1, DSV4_LOGITS_NONE, NULL, &cb,
+                                                  &err), -EINVAL);
+    assert_int_equal(dsv4_session_pos(s), n);
+    dsv4_session_free(s);
+    free(ha);
+    free(hb);
+    free(lg);
+    free(ref);
+    dsv4_engine_free(e);
+}
+
 static void test_errors(void **state)
 {
     (void)state;
@@ -379,6 +427,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_rollback_limits),
         cmocka_unit_test(test_expert_provider),
+        cmocka_unit_test(test_capture),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_reopen),
     };
