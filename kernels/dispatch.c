@@ -31,15 +31,20 @@ static int cpu_has(enum dsv4_isa isa)
     }
 }
 
+/* twins this build has (the x86 ones only on x86); NULL = not built */
 static const struct dsv4_kernel_ops *const all_ops[_DSV4_ISA_MAX] = {
     [DSV4_ISA_SCALAR] = &dsv4_kernel_ops_scalar,
+#ifdef DSV4_X86_TWINS
     [DSV4_ISA_AVX2] = &dsv4_kernel_ops_avx2,
     [DSV4_ISA_AVX512] = &dsv4_kernel_ops_avx512,
+#endif
 };
+
+static const char *const isa_names[_DSV4_ISA_MAX] = {"scalar", "avx2", "avx512"};
 
 const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa)
 {
-    if ((unsigned)isa >= _DSV4_ISA_MAX || !cpu_has(isa))
+    if ((unsigned)isa >= _DSV4_ISA_MAX || !all_ops[isa] || !cpu_has(isa))
         return NULL;
     return all_ops[isa];
 }
@@ -51,7 +56,7 @@ static const struct dsv4_kernel_ops *choose(void)
     const char *env = getenv("DSV4_KERNELS");
     if (env && *env) {
         for (int i = 0; i < _DSV4_ISA_MAX; i++)
-            if (strcmp(env, all_ops[i]->name) == 0 && dsv4_kernel_ops_for((enum dsv4_isa)i))
+            if (strcmp(env, isa_names[i]) == 0 && dsv4_kernel_ops_for((enum dsv4_isa)i))
                 return all_ops[i];
         /* an unknown or unsupported name falls back to the best available */
     }
@@ -84,6 +89,12 @@ void dsv4_matvec_fp8(const struct dsv4_fp8_weight *w, const float *x, size_t nx,
                      size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
     dsv4_kernel_ops()->matvec_fp8(w, x, nx, y, ldy, row_begin, row_end);
+}
+
+void dsv4_matvec_fp8_nanfree(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                             size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    dsv4_kernel_ops()->matvec_fp8_nanfree(w, x, nx, y, ldy, row_begin, row_end);
 }
 
 void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,

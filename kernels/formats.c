@@ -42,6 +42,14 @@ uint8_t dsv4_f32_to_e4m3(float x)
     return sign | (uint8_t)code;
 }
 
+int dsv4_e4m3_has_nan(const uint8_t *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if ((p[i] & 0x7Fu) == 0x7Fu)
+            return 1;
+    return 0;
+}
+
 float dsv4_e8m0_to_f32(uint8_t b)
 {
     if (b == 0xFF)

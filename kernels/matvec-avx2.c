@@ -81,8 +81,11 @@ INLINE void e8m0_16(const uint8_t *p, uint32_t n, float out[16])
 
 /* ---- FP8 ---- */
 
-INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
-                     uint32_t i0, const int R, const int NX)
+/* rows per tile for single-row calls: 2 measured faster than 4 (16 ymm registers) */
+#define FP8_R1 2
+
+INLINE void fp8_tile_(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                      uint32_t i0, const int R, const int NX, const int CHECK)
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
     const uint8_t *wr[4];
@@ -111,9 +114,7 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             for (int n = 0; n < NX; n++)
                 xv[n] = v16_load(x + (size_t)n * cols + k0 + t);
             for (int r = 0; r < R; r++) {
-                __m128i b = _mm_loadu_si128((const __m128i *)(wr[r] + k0 + t));
-                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_castsi128_si256(_mm_add_epi8(b, b)));
-                struct v16 wv = fp8_decode(b);
+                struct v16 wv = fp8_decode(_mm_loadu_si128((const __m128i *)(wr[r] + k0 + t)));
                 for (int n = 0; n < NX; n++)
                     p[r][n] = v16_fma(wv, xv[n], p[r][n]);
             }
@@ -128,14 +129,24 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             for (int r = 0; r < R; r++) {
                 uint8_t bt[16] = {0};
                 memcpy(bt, wr[r] + k0 + t, m - t);
-                __m128i b = _mm_loadu_si128((const __m128i *)bt);
-                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_castsi128_si256(_mm_add_epi8(b, b)));
-                struct v16 wv = fp8_decode(b);
+                struct v16 wv = fp8_decode(_mm_loadu_si128((const __m128i *)bt));
                 for (int n = 0; n < NX; n++)
                     p[r][n] = v16_fma(wv, xv[n], p[r][n]);
             }
         }
         for (int r = 0; r < R; r++) {
+            /* screen the block's bytes for NaN codes: 2·b is 0xFE only for 0x7F/0xFF */
+            uint32_t u = CHECK ? 0 : m;
+            for (; u + 32 <= m; u += 32) {
+                __m256i b = _mm256_loadu_si256((const __m256i *)(wr[r] + k0 + u));
+                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_add_epi8(b, b));
+            }
+            if (u < m) {
+                uint8_t bt[32] = {0};
+                memcpy(bt, wr[r] + k0 + u, m - u);
+                __m256i b = _mm256_loadu_si256((const __m256i *)bt);
+                nanv[r] = _mm256_max_epu8(nanv[r], _mm256_add_epi8(b, b));
+            }
             const uint8_t e = sr[r][kb];
             if (e <= DSV4_E8M0_FAST_MAX) {
                 const __m256 s = _mm256_set1_ps(dsv4_fp8_fast_scale(e));
@@ -151,11 +162,24 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
         }
     }
     for (int r = 0; r < R; r++) {
-        __m128i v = _mm256_castsi256_si128(nanv[r]);
-        const int has_nan = _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8((char)0xFE))) != 0;
+        const int has_nan =
+            CHECK && _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanv[r], _mm256_set1_epi8((char)0xFE))) != 0;
         for (int n = 0; n < NX; n++)
             y[(size_t)n * ldy + i0 + r] = has_nan ? NAN : reduce16(acc[r][n]);
     }
+}
+
+INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                     uint32_t i0, const int R, const int NX)
+{
+    fp8_tile_(w, x, y, ldy, i0, R, NX, 1);
+}
+
+/* for weights the caller guarantees free of NaN codes: no screening */
+INLINE void fp8_tile_nf(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                        uint32_t i0, const int R, const int NX)
+{
+    fp8_tile_(w, x, y, ldy, i0, R, NX, 0);
 }
 
 #define DISPATCH(tile, w, x, nx, y, ldy, row_begin, row_end, RMAX)                                 \
@@ -195,7 +219,17 @@ static void matvec_fp8_avx2(const struct dsv4_fp8_weight *w, const float *x, siz
         dsv4_kernel_ops_scalar.matvec_fp8(w, x, nx, y, ldy, row_begin, row_end);
         return;
     }
-    DISPATCH(fp8_tile, w, x, nx, y, ldy, row_begin, row_end, 2)
+    DISPATCH(fp8_tile, w, x, nx, y, ldy, row_begin, row_end, FP8_R1)
+}
+
+static void matvec_fp8_nanfree_avx2(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                                    size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    if (w->block % DSV4_LANES) {
+        dsv4_kernel_ops_scalar.matvec_fp8_nanfree(w, x, nx, y, ldy, row_begin, row_end);
+        return;
+    }
+    DISPATCH(fp8_tile_nf, w, x, nx, y, ldy, row_begin, row_end, FP8_R1)
 }
 
 /* ---- FP4 ---- */
@@ -373,4 +407,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .matvec_fp8 = matvec_fp8_avx2,
     .matvec_fp4 = matvec_fp4_avx2,
     .matvec_bf16 = matvec_bf16_avx2,
+    .matvec_fp8_nanfree = matvec_fp8_nanfree_avx2,
 };

@@ -66,8 +66,8 @@ INLINE __m512 e8m0_16(__m128i bytes)
  * they reach on cached data. */
 #define PREFETCH_NEXT_TILE(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 
-INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
-                     uint32_t i0, const int R, const int NX)
+INLINE void fp8_tile_(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                      uint32_t i0, const int R, const int NX, const int CHECK)
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
     const uint8_t *wr[8];
@@ -128,7 +128,7 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
             }
         }
         for (int r = 0; r < R; r++) {
-            uint32_t u = 0;
+            uint32_t u = CHECK ? 0 : m;
             for (; u + 64 <= m; u += 64) {
                 __m512i b = _mm512_loadu_si512(wr[r] + k0 + u);
                 nanv[r] = _mm512_max_epu8(nanv[r], _mm512_add_epi8(b, b));
@@ -151,10 +151,23 @@ INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, 
         }
     }
     for (int r = 0; r < R; r++) {
-        const int has_nan = _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8((char)0xFE)) != 0;
+        const int has_nan = CHECK && _mm512_cmpeq_epi8_mask(nanv[r], _mm512_set1_epi8((char)0xFE)) != 0;
         for (int n = 0; n < NX; n++)
             y[(size_t)n * ldy + i0 + r] = has_nan ? NAN : reduce16(acc[r][n]);
     }
+}
+
+INLINE void fp8_tile(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                     uint32_t i0, const int R, const int NX)
+{
+    fp8_tile_(w, x, y, ldy, i0, R, NX, 1);
+}
+
+/* for weights the caller guarantees free of NaN codes: no screening */
+INLINE void fp8_tile_nf(const struct dsv4_fp8_weight *w, const float *x, float *y, size_t ldy,
+                        uint32_t i0, const int R, const int NX)
+{
+    fp8_tile_(w, x, y, ldy, i0, R, NX, 0);
 }
 
 static void matvec_fp8_avx512(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
@@ -193,6 +206,47 @@ static void matvec_fp8_avx512(const struct dsv4_fp8_weight *w, const float *x, s
                 fp8_tile(w, xc, yc, ldy, i, 2, 4);
             for (; i < row_end; i++)
                 fp8_tile(w, xc, yc, ldy, i, 1, 4);
+            break;
+        }
+    }
+}
+
+static void matvec_fp8_nanfree_avx512(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
+                                      size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    if (w->block % DSV4_LANES) {
+        dsv4_kernel_ops_scalar.matvec_fp8_nanfree(w, x, nx, y, ldy, row_begin, row_end);
+        return;
+    }
+    for (size_t n0 = 0; n0 < nx; n0 += 4) {
+        const size_t nxc = nx - n0 < 4 ? nx - n0 : 4;
+        const float *xc = x + n0 * w->cols;
+        float *yc = y + n0 * ldy;
+        uint32_t i = row_begin;
+        switch (nxc) {
+        case 1:
+            for (; i + FP8_R1 <= row_end; i += FP8_R1)
+                fp8_tile_nf(w, xc, yc, ldy, i, FP8_R1, 1);
+            for (; i < row_end; i++)
+                fp8_tile_nf(w, xc, yc, ldy, i, 1, 1);
+            break;
+        case 2:
+            for (; i + 2 <= row_end; i += 2)
+                fp8_tile_nf(w, xc, yc, ldy, i, 2, 2);
+            for (; i < row_end; i++)
+                fp8_tile_nf(w, xc, yc, ldy, i, 1, 2);
+            break;
+        case 3:
+            for (; i + 2 <= row_end; i += 2)
+                fp8_tile_nf(w, xc, yc, ldy, i, 2, 3);
+            for (; i < row_end; i++)
+                fp8_tile_nf(w, xc, yc, ldy, i, 1, 3);
+            break;
+        default:
+            for (; i + 2 <= row_end; i += 2)
+                fp8_tile_nf(w, xc, yc, ldy, i, 2, 4);
+            for (; i < row_end; i++)
+                fp8_tile_nf(w, xc, yc, ldy, i, 1, 4);
             break;
         }
     }
@@ -405,4 +459,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .matvec_fp8 = matvec_fp8_avx512,
     .matvec_fp4 = matvec_fp4_avx512,
     .matvec_bf16 = matvec_bf16_avx512,
+    .matvec_fp8_nanfree = matvec_fp8_nanfree_avx512,
 };

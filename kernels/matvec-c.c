@@ -96,4 +96,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .matvec_fp8 = matvec_fp8_c,
     .matvec_fp4 = matvec_fp4_c,
     .matvec_bf16 = matvec_bf16_c,
+    .matvec_fp8_nanfree = matvec_fp8_c, /* the reference has nothing to skip */
 };

@@ -8,7 +8,7 @@
 
 #define ROW_ALIGN 16
 
-enum kind { FP8, FP4, BF16 };
+enum kind { FP8, FP8_NANFREE, FP4, BF16 };
 
 struct job {
     const struct dsv4_kernel_ops *ops;
@@ -31,6 +31,9 @@ static void run_share(void *ctx, int worker, int n_workers)
     case FP8:
         j->ops->matvec_fp8(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)e);
         break;
+    case FP8_NANFREE:
+        j->ops->matvec_fp8_nanfree(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)e);
+        break;
     case FP4:
         j->ops->matvec_fp4(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)e);
         break;
@@ -51,6 +54,12 @@ void dsv4_matvec_fp8_mt(dsv4_pool *pool, const struct dsv4_fp8_weight *w, const 
                         size_t nx, float *y, size_t ldy)
 {
     run(pool, FP8, w, w->rows, x, nx, y, ldy);
+}
+
+void dsv4_matvec_fp8_nanfree_mt(dsv4_pool *pool, const struct dsv4_fp8_weight *w, const float *x,
+                                size_t nx, float *y, size_t ldy)
+{
+    run(pool, FP8_NANFREE, w, w->rows, x, nx, y, ldy);
 }
 
 void dsv4_matvec_fp4_mt(dsv4_pool *pool, const struct dsv4_fp4_weight *w, const float *x,

@@ -14,6 +14,8 @@
 
 void dsv4_matvec_fp8_mt(dsv4_pool *pool, const struct dsv4_fp8_weight *w, const float *x,
                         size_t nx, float *y, size_t ldy);
+void dsv4_matvec_fp8_nanfree_mt(dsv4_pool *pool, const struct dsv4_fp8_weight *w, const float *x,
+                                size_t nx, float *y, size_t ldy);
 void dsv4_matvec_fp4_mt(dsv4_pool *pool, const struct dsv4_fp4_weight *w, const float *x,
                         size_t nx, float *y, size_t ldy);
 void dsv4_matvec_bf16_mt(dsv4_pool *pool, const struct dsv4_bf16_weight *w, const float *x,

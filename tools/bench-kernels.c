@@ -15,7 +15,9 @@
  *
  *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]
  */
+#if defined(__SSE2__)
 #include <emmintrin.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@ struct read_job {
 
 static uint64_t read_range(const uint8_t *p, size_t len)
 {
+#if defined(__SSE2__)
     __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
     for (size_t i = 0; i + 64 <= len; i += 64) {
         a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(p + i)));
@@ -57,6 +60,14 @@ static uint64_t read_range(const uint8_t *p, size_t len)
     }
     a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
     return (uint64_t)_mm_cvtsi128_si64(a0);
+#else
+    const uint64_t *q = (const uint64_t *)(const void *)p;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i + 8 <= len / 8; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += q[i + k];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+#endif
 }
 
 static void read_share(void *ctx, int worker, int n_workers)
@@ -121,7 +132,7 @@ static double omp_latency_us(int threads)
 
 /* ---- matvec shapes ---- */
 
-enum kind { FP8, FP4, BF16 };
+enum kind { FP8, FP8_NANFREE, FP4, BF16 };
 
 struct shape {
     const char *name;
@@ -134,6 +145,8 @@ static const struct shape shapes[] = {
     {"expert w2 FP4 4096x2048", FP4, 4096, 2048},
     {"wq_b FP8 32768x1024", FP8, 32768, 1024},
     {"wo_b FP8 4096x8192", FP8, 4096, 8192},
+    {"wq_b FP8 nanfree", FP8_NANFREE, 32768, 1024},
+    {"wo_b FP8 nanfree", FP8_NANFREE, 4096, 8192},
     {"head BF16 129280x4096", BF16, 129280, 4096},
 };
 
@@ -141,6 +154,7 @@ static size_t weight_bytes(const struct shape *s)
 {
     switch (s->kind) {
     case FP8:
+    case FP8_NANFREE:
         return (size_t)s->rows * s->cols;
     case FP4:
         return (size_t)s->rows * s->cols / 2;
@@ -153,6 +167,7 @@ static size_t scale_bytes(const struct shape *s)
 {
     switch (s->kind) {
     case FP8:
+    case FP8_NANFREE:
         return (size_t)((s->rows + 127) / 128) * ((s->cols + 127) / 128);
     case FP4:
         return (size_t)s->rows * (s->cols / 32);
@@ -188,6 +203,14 @@ static void call_once(struct ctx *c, const struct shape *s, dsv4_pool *pool,
             dsv4_matvec_fp8_mt(pool, &wt, x, nx, y, s->rows);
         else
             ops->matvec_fp8(&wt, x, nx, y, s->rows, 0, s->rows);
+        break;
+    }
+    case FP8_NANFREE: {
+        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128};
+        if (pool)
+            dsv4_matvec_fp8_nanfree_mt(pool, &wt, x, nx, y, s->rows);
+        else
+            ops->matvec_fp8_nanfree(&wt, x, nx, y, s->rows, 0, s->rows);
         break;
     }
     case FP4: {
@@ -313,7 +336,7 @@ int main(int argc, char **argv)
 
     /* ≫ LLC: at least 3× the reported L3 (some VMs report the whole socket's) and
      * larger than the head */
-    size_t head = weight_bytes(&shapes[4]);
+    size_t head = weight_bytes(&shapes[DSV4_ARRAY_SIZE(shapes) - 1]);
     size_t arena_len = arena_mb << 20;
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l3 > 0 && arena_len < 3 * (size_t)l3)

@@ -352,9 +352,21 @@ static void test_qdq(void **state)
     free(x);
 }
 
+/* DSV4_KERNELS chooses the twin at the first dsv4_kernel_ops() of a process
+ * (nothing else in this program calls it) */
+static void test_env_override(void **state)
+{
+    (void)state;
+    setenv("DSV4_KERNELS", "scalar", 1);
+    assert_int_equal(dsv4_kernel_ops()->isa, DSV4_ISA_SCALAR);
+    unsetenv("DSV4_KERNELS");
+    assert_int_equal(dsv4_kernel_ops()->isa, DSV4_ISA_SCALAR); /* chosen once */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_override),
         cmocka_unit_test(test_e4m3_decode_all),
         cmocka_unit_test(test_e4m3_round_trip_and_ties),
         cmocka_unit_test(test_e4m3_encode_random),

@@ -228,6 +228,16 @@ static void run_case(const struct case_ *c, const float *x1, int check_oracle_to
                     assert_true(y[n * ldy + i] == 12345.0f);
             }
         }
+        /* the screening-free FP8 entry on NaN-free weights: same bits */
+        if (c->kind == FP8 && !dsv4_e4m3_has_nan(c->f8.w, (size_t)rows * cols)) {
+            for (size_t nx = 1; nx <= NXMAX; nx++) {
+                ops->matvec_fp8_nanfree(&c->f8, x, nx, y, rows, 0, rows);
+                for (size_t i = 0; i < nx * rows; i++)
+                    if (!same_bits(y[i], ref[i]))
+                        fail_msg("%s nanfree nx=%zu elt %zu: %.9g != scalar %.9g", ops->name, nx,
+                                 i, (double)y[i], (double)ref[i]);
+            }
+        }
         /* a sub-range writes exactly its rows */
         if (rows > 2) {
             uint32_t b = 1, e = rows - 1;
@@ -314,6 +324,12 @@ static void test_fp8_all_codes(void **state)
     struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
     c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B};
     run_case(&c, x, 1);
+    for (unsigned b = 0; b < 256; b++) {
+        uint8_t one = (uint8_t)b;
+        assert_int_equal(dsv4_e4m3_has_nan(&one, 1), (b & 0x7F) == 0x7F);
+    }
+    assert_true(dsv4_e4m3_has_nan(w, sizeof w));
+    assert_false(dsv4_e4m3_has_nan(w, 0x7F)); /* row 0 up to the first NaN code */
     float y[4];
     dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp8(&c.f8, x, 1, y, 4, 0, 4);
     assert_true(isnan(y[1]));

@@ -165,6 +165,8 @@ static void test_matvec_mt_bitwise(void **state)
         for (int n = 1; n <= 5; n++) {
             dsv4_pool *p = dsv4_pool_new(n);
             memset(y, 0xFF, 3 * nx * rows * sizeof(float));
+            dsv4_matvec_fp8_nanfree_mt(p, &f8, x, nx, y, rows);
+            assert_memory_equal(y, ref, nx * rows * sizeof(float));
             dsv4_matvec_fp8_mt(p, &f8, x, nx, y, rows);
             dsv4_matvec_fp4_mt(p, &f4, x, nx, y + nx * rows, rows);
             dsv4_matvec_bf16_mt(p, &b16, x, nx, y + 2 * nx * rows, rows);
