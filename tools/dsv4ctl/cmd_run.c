@@ -3,12 +3,14 @@
  * `dsv4ctl run`: in-process generation. Prefills the prompt in chunks, then
  * decodes one token at a time until --max-tokens or EOS (the EOS id is
  * printed, then generation stops). Output contract (--format ids): the
- * generated ids on one line, space-separated. --stats prints prefill and
+ * generated ids on one line, space-separated. --format text (the default for
+ * a text prompt) streams the decoded text, never splitting a character. --stats prints prefill and
  * decode tok/s and the time to first token to stderr.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dsv4ctl.h"
 #include "engine-args.h"
@@ -60,11 +62,22 @@ int dsv4ctl_run(int argc, char **argv)
     struct dsv4_err err = { "" };
     uint64_t rng = a.seed;
     int n_gen = 0;
+    bool text = strcmp(a.format, "text") == 0;
+    struct dsv4_detok detok;
+    if (text)
+        dsv4_detok_init(&detok, a.tok, false);
     uint64_t t0 = dsv4_now_ns(), t_first = 0;
     rc = dsv4_session_forward(s, a.prompt, a.n_prompt, DSV4_LOGITS_LAST, logits, &err);
     while (rc == 0 && n_gen < a.max_tokens) {
         int32_t tok = pick(logits, vocab, a.temperature, &rng);
-        printf(n_gen ? " %d" : "%d", tok);
+        if (text) {
+            const char *piece;
+            size_t len;
+            if (dsv4_detok_feed(&detok, (uint32_t)tok, &piece, &len, NULL) == 0)
+                fwrite(piece, 1, len, stdout);
+        } else {
+            printf(n_gen ? " %d" : "%d", tok);
+        }
         fflush(stdout);
         if (n_gen++ == 0)
             t_first = dsv4_now_ns();
@@ -73,6 +86,13 @@ int dsv4ctl_run(int argc, char **argv)
         rc = dsv4_session_forward(s, &tok, 1, DSV4_LOGITS_LAST, logits, &err);
     }
     uint64_t t_end = dsv4_now_ns();
+    if (text) {
+        const char *piece;
+        size_t len;
+        dsv4_detok_flush(&detok, &piece, &len);
+        fwrite(piece, 1, len, stdout);
+        dsv4_detok_free(&detok);
+    }
     printf("\n");
     if (rc < 0)
         fprintf(stderr, "dsv4ctl run: %s\n", err.msg);

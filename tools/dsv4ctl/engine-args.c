@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "dsv4ctl.h"
 #include "util.h"
 
@@ -51,10 +52,14 @@ static bool parse_ids(const char *s, struct engine_args *a)
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
-           O_CTX, O_CACHE };
+           O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
+        { "prompt", required_argument, NULL, O_PROMPT },
+        { "chat", no_argument, NULL, O_CHAT },
+        { "think", no_argument, NULL, O_THINK },
+        { "no-think", no_argument, NULL, O_NO_THINK },
         { "max-tokens", required_argument, NULL, O_MAX },
         { "temperature", required_argument, NULL, O_TEMP },
         { "seed", required_argument, NULL, O_SEED },
@@ -69,7 +74,6 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     };
     memset(a, 0, sizeof(*a));
     a->max_tokens = 16;
-    a->format = generate ? "ids" : "tsv";
     a->threads = 1;
     a->chunk = 64;
     long long v;
@@ -88,6 +92,16 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                         argv[0], optarg);
                 return DSV4_EXIT_USAGE;
             }
+            break;
+        case O_PROMPT:
+            a->text = optarg;
+            break;
+        case O_CHAT:
+            a->chat = true;
+            break;
+        case O_THINK:
+        case O_NO_THINK:
+            a->think = c == O_THINK;
             break;
         case O_MAX:
             if (!generate || !parse_long(optarg, 0, 1 << 24, &v))
@@ -108,7 +122,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
             break;
         case O_FORMAT:
             a->format = optarg;
-            if (strcmp(optarg, generate ? "ids" : "tsv") != 0)
+            if (strcmp(optarg, generate ? "ids" : "tsv") != 0 &&
+                (!generate || strcmp(optarg, "text") != 0))
                 goto bad;
             break;
         case O_STATS:
@@ -135,7 +150,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
             a->expert_cache_mib = (uint64_t)v;
             break;
         case 'h':
-            printf("usage: dsv4ctl %s --model DIR --prompt-ids ID,ID,... %s[--format %s] "
+            printf("usage: dsv4ctl %s --model DIR (--prompt-ids ID,ID,... | [--prompt] TEXT "
+                   "[--chat] [--think|--no-think]) %s[--format text|%s] "
                    "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]\n",
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
                    generate ? "ids" : "tsv");
@@ -152,14 +168,47 @@ bad:
         fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], optarg, argv[optind - 1]);
         return DSV4_EXIT_USAGE;
     }
+    if (optind < argc && !a->text)
+        a->text = argv[optind++];
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
         return DSV4_EXIT_USAGE;
     }
-    if (!a->model || !a->prompt) {
-        fprintf(stderr, "%s: --model and --prompt-ids are required\n", argv[0]);
+    if (!a->model || !!a->prompt == !!a->text) {
+        fprintf(stderr, "%s: --model and one of --prompt-ids or a text prompt are required\n",
+                argv[0]);
         return DSV4_EXIT_USAGE;
     }
+    if ((a->chat || a->think) && !a->text) {
+        fprintf(stderr, "%s: --chat/--think apply to a text prompt\n", argv[0]);
+        return DSV4_EXIT_USAGE;
+    }
+    if (!a->format)
+        a->format = !generate ? "tsv" : a->text ? "text" : "ids";
+    if (!a->text && strcmp(a->format, "text") != 0)
+        return 0;
+    struct dsv4_err err = { "" };
+    if (dsv4_tokenizer_open_dir(a->model, &a->tok, &err) < 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], err.msg);
+        return DSV4_EXIT_DATAERR;
+    }
+    if (!a->text)
+        return 0;
+    /* A text prompt starts with BOS, as DeepSeek's prompts do; the chat template adds it. */
+    enum dsv4_prompt_kind kind = !a->chat ? DSV4_PROMPT_RAW_BOS
+                                 : a->think ? DSV4_PROMPT_CHAT_THINK : DSV4_PROMPT_CHAT;
+    struct dsv4_ids ids = { 0 };
+    if (dsv4_chat_prompt(a->tok, a->text, strlen(a->text), kind, &ids, &err) < 0 || ids.n == 0 ||
+        ids.n > INT32_MAX) {
+        fprintf(stderr, "%s: cannot encode the prompt: %s\n", argv[0], err.msg);
+        dsv4_ids_free(&ids);
+        return DSV4_EXIT_DATAERR;
+    }
+    a->prompt = dsv4_xmalloc(ids.n * sizeof(int32_t));
+    for (size_t i = 0; i < ids.n; i++)
+        a->prompt[i] = (int32_t)ids.v[i];
+    a->n_prompt = (int)ids.n;
+    dsv4_ids_free(&ids);
     return 0;
 }
 
@@ -167,6 +216,8 @@ void engine_args_free(struct engine_args *a)
 {
     free(a->prompt);
     a->prompt = NULL;
+    dsv4_tokenizer_free(a->tok);
+    a->tok = NULL;
 }
 
 int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine **eng,

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Options shared by the in-process model subcommands (run, score): model
- * directory, prompt ids, threads, chunk size, statistics. Parsing is strict:
- * an unknown option or a malformed number is a usage error naming it.
+ * directory, the prompt (ids, or text encoded with the model's tokenizer,
+ * optionally through the chat template), threads, chunk size, statistics.
+ * Parsing is strict: an unknown option or a malformed number is a usage
+ * error naming it.
  */
 #pragma once
 
@@ -10,11 +12,15 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "tokenizer.h"
 
 struct engine_args {
     const char *model;
     int32_t *prompt;
     int n_prompt;
+    const char *text;           /* text prompt (instead of --prompt-ids) */
+    bool chat, think;           /* --chat, --think / --no-think */
+    dsv4_tokenizer *tok;        /* opened when the prompt is text or --format text */
     int max_tokens;
     double temperature;
     uint64_t seed;
@@ -26,7 +32,9 @@ struct engine_args {
     uint64_t expert_cache_mib;  /* in-process expert LRU budget; 0 = engine default */
 };
 
-/* Parses argv[1..]; returns 0 or a DSV4_EXIT_* code after printing why. */
+/* Parses argv[1..] and encodes a text prompt; returns 0 or a DSV4_EXIT_*
+ * code after printing why (-1 after --help). --format defaults to text for a
+ * text prompt and to ids (run) / tsv (score) for --prompt-ids. */
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *ret);
 void engine_args_free(struct engine_args *a);
 /* Open the engine and a session able to hold `positions`; prints errors. */
