@@ -51,7 +51,7 @@ TINY = dict(BASE_CONFIG, **{
     "sliding_window": 32,
     "index_n_heads": 4, "index_head_dim": 128, "index_topk": 24,
     "n_routed_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 128,
-    "routed_scaling_factor": 1.5, "swiglu_limit": 10.0,
+    "routed_scaling_factor": 1.5, "swiglu_limit": 1.0,
     "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 512,
                      "beta_fast": 32, "beta_slow": 1},
 })
@@ -69,6 +69,8 @@ DEFAULT_INIT = {
     "ape": 1.0,            # compressor ape ~ N(0, ape)
     "gate_bias": 1.0,      # gate.bias ~ U(-gate_bias, gate_bias)
     "compressor": 1.0,     # compressor wkv/wgate ~ N(0, compressor/sqrt(d))
+    "comp_norm": 2.0,      # main compressor norm weight mean (scores of compressed rows)
+    "wo_b": 3.0,           # attention output projection gain (attention ~ MoE in the stream)
     "bypass": 0.0,         # confident recipe: weight of the constructed successor map
 }
 
@@ -91,6 +93,8 @@ def logical_weight(name, shape, cfg, init, seed):
         return g.normal(0.0, init["embed"], shape)
     if name == "head.weight":
         return g.normal(0.0, init["head"] / np.sqrt(d), shape)
+    if name.endswith("attn.compressor.norm.weight"):
+        return init["comp_norm"] * (1.0 + g.normal(0.0, init["norm_spread"], shape))
     if name.endswith("norm.weight"):
         return 1.0 + g.normal(0.0, init["norm_spread"], shape)
     if leaf in ("hc_attn_fn", "hc_ffn_fn", "hc_head_fn"):
@@ -110,6 +114,8 @@ def logical_weight(name, shape, cfg, init, seed):
         return np.stack([g.permutation(n)[:shape[1]] for _ in range(shape[0])]).astype(np.int64)
     if ".compressor." in name:
         return g.normal(0.0, init["compressor"] / np.sqrt(shape[1]), shape)
+    if name.endswith("attn.wo_b.weight"):
+        return g.normal(0.0, init["wo_b"] / np.sqrt(shape[1]), shape)
     if ".experts." in name:
         return g.normal(0.0, init["expert"] / np.sqrt(shape[1]), shape)
     return g.normal(0.0, init["linear"] / np.sqrt(shape[1]), shape)
