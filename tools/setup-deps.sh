@@ -32,4 +32,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${filtered[@]}" >/dev/null
   fi
 fi
+# The JS reference tokenizer for the tokenizer tests (versions pinned by
+# tools/npm/package-lock.json; node_modules is git-ignored).
+npm_dir="$(cd "$(dirname "$0")" && pwd)/npm"
+if ! cmp -s "$npm_dir/package-lock.json" "$npm_dir/node_modules/.dsv4-lock" 2>/dev/null; then
+  echo "setup-deps: npm ci in tools/npm"
+  npm ci --prefix "$npm_dir" --no-audit --no-fund --loglevel=error >/dev/null
+  cp "$npm_dir/package-lock.json" "$npm_dir/node_modules/.dsv4-lock"
+fi
 echo "setup-deps: ok"

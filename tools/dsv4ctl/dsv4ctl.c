@@ -16,6 +16,8 @@ static const struct dsv4ctl_command commands[] = {
     { "run", dsv4ctl_run, "generate from token ids in-process (--format ids)" },
     { "score", dsv4ctl_score, "teacher-forced argmax and log-probabilities (--format tsv)" },
     { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
+    { "tokenize", dsv4ctl_tokenize, "print the token ids of a text" },
+    { "detokenize", dsv4ctl_detokenize, "print the text of token ids" },
 };
 
 int dsv4ctl_version(int argc, char **argv)

@@ -29,3 +29,5 @@ int dsv4ctl_version(int argc, char **argv);
 int dsv4ctl_run(int argc, char **argv);
 int dsv4ctl_score(int argc, char **argv);
 int dsv4ctl_inspect(int argc, char **argv);
+int dsv4ctl_tokenize(int argc, char **argv);
+int dsv4ctl_detokenize(int argc, char **argv);
