@@ -174,7 +174,7 @@ int dsv4ctl_gen(int argc, char **argv)
     struct dsv4_err err;
     bool need_tok = a.text || !a.format || strcmp(a.format, "ids") != 0;
     if (need_tok && dsv4_tokenizer_open_dir(model, &tok, &err) < 0) {
-        if (a.text || (a.format && strcmp(a.format, "ids") != 0)) {
+        if (a.text || (a.format && strcmp(a.format, "text") == 0)) {
             fprintf(stderr, "dsv4ctl gen: tokenizer of %s: %s\n", model, err.msg);
             client_close(&c);
             return DSV4_EXIT_NOINPUT;
@@ -261,13 +261,16 @@ int dsv4ctl_gen(int argc, char **argv)
                 } else {
                     const char *piece = "";
                     size_t len = 0;
-                    if (dsv4_detok_feed(&dt, (uint32_t)v, &piece, &len, &err) < 0)
+                    if (!tok || dsv4_detok_feed(&dt, (uint32_t)v, &piece, &len, &err) < 0)
                         len = 0;
                     if (!strcmp(format, "text")) {
                         fwrite(piece, 1, len, stdout);
                     } else {
-                        printf("{\"index\":%u,\"id\":%d,\"text\":", n_got - 1, v);
-                        json_str(piece, len);
+                        printf("{\"index\":%u,\"id\":%d", n_got - 1, v);
+                        if (tok) {
+                            printf(",\"text\":");
+                            json_str(piece, len);
+                        }
                         printf("}\n");
                     }
                 }

@@ -9,12 +9,28 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "dsv4ctl.h"
 #include "rundir.h"
 #include "util.h"
+
+static bool zombie(int pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return true;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] == 'Z';
+}
 
 int dsv4ctl_stop(int argc, char **argv)
 {
@@ -42,6 +58,7 @@ int dsv4ctl_stop(int argc, char **argv)
         fprintf(stderr, "dsv4ctl stop: no daemons running in %s\n", dir);
         return DSV4_EXIT_OK;
     }
+    int sv = pid;
     if (pid > 0)
         kill(pid, SIGTERM);
     uint64_t t0 = dsv4_now_ns();
@@ -55,5 +72,8 @@ int dsv4ctl_stop(int argc, char **argv)
         }
         usleep(20000);
     }
+    /* the lock goes a moment before the process: wait for it to be gone (or a zombie) */
+    for (int i = 0; sv > 0 && i < 500 && kill(sv, 0) == 0 && !zombie(sv); i++)
+        usleep(10000);
     return DSV4_EXIT_OK;
 }
