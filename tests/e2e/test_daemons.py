@@ -69,14 +69,17 @@ def start():
 
 
 def shm_segments():
-    uid = os.getuid()
-    return [p for p in glob.glob(f"/dev/shm/dsv4-{uid}-*")
-            if any(p.endswith("-" + r) for r in ("fetcher", "compute", "scheduler"))]
+    """This set's stats pages: /dsv4-<uid>-<FNV-1a of the real run dir>-<role>."""
+    h = 0xcbf29ce484222325
+    for b in os.path.realpath(run_dir).encode():
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return glob.glob(f"/dev/shm/dsv4-{os.getuid()}-{h:016x}-*")
 
 
 def stop_and_check(st):
     pids = [d["pid"] for d in st["daemons"]] + [st["supervisor_pid"]]
-    before = {p for p in shm_segments()}
+    before = shm_segments()
+    assert len(before) == 3, before
     ctl("stop", "--run-dir", run_dir, timeout=60)
     for pid in pids:
         try:
