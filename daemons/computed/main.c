@@ -18,7 +18,9 @@
 #include <zmq.h>
 
 #include "daemon.h"
+#include "config.h"
 #include "engine.h"
+#include "fetcher_client.h"
 #include "log.h"
 
 #define MAX_SESSIONS 64
@@ -29,8 +31,45 @@ struct slot {
     dsv4_session *s;
 };
 
+/*
+ * The fetcher's expert cache as the engine's provider: a lease from the
+ * fetcher client is a view into the shared segment; the engine wants
+ * dsv4_expert_weights, so each (layer, expert) gets a stable entry here
+ * (rewritten by every acquire, valid until the matching release).
+ */
+struct fetched {
+    dsv4_fetcher_client *client;
+    int n_experts;
+    struct dsv4_expert_weights *store;  /* [n_layers * n_experts] */
+};
+
+static int fetched_acquire(void *ctx, int layer, const int *ids, int n,
+                           const struct dsv4_expert_weights **ret, struct dsv4_err *err)
+{
+    struct fetched *f = ctx;
+    const struct dsv4_fetcher_expert *v[512];
+    if (n > (int)DSV4_ARRAY_SIZE(v))
+        return dsv4_errf(err, -E2BIG, "layer %d: %d experts in one lease", layer, n);
+    int r = dsv4_fetcher_client_acquire(f->client, layer, ids, n, v, err);
+    if (r < 0)
+        return r;
+    for (int i = 0; i < n; i++) {
+        struct dsv4_expert_weights *w = &f->store[(size_t)layer * f->n_experts + ids[i]];
+        *w = (struct dsv4_expert_weights){ v[i]->w1, v[i]->w3, v[i]->w2 };
+        ret[i] = w;
+    }
+    return 0;
+}
+
+static void fetched_release(void *ctx, int layer, const int *ids, int n)
+{
+    struct fetched *f = ctx;
+    dsv4_fetcher_client_release(f->client, layer, ids, n);
+}
+
 struct compute {
     struct dsv4_daemon d;
+    struct fetched fetched;
     dsv4_engine *e;
     void *router;
     struct slot slots[MAX_SESSIONS];
@@ -255,17 +294,20 @@ int main(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
+        { "fetcher", no_argument, NULL, 'F' },
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
     int threads = 1, o;
     double mem_gb = 0;
+    bool fetcher = false;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'r': run_dir = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'g': mem_gb = atof(optarg); break;
+        case 'F': fetcher = true; break;
         default: usage(); return 64;
         }
     }
@@ -283,6 +325,23 @@ int main(int argc, char **argv)
     c.delay_ms = delay ? atoi(delay) : 0;
     struct dsv4_engine_opts eo = { .n_threads = threads,
                                    .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)) };
+    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
+    if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
+        struct dsv4_config cfg;
+        if (dsv4_config_load(model, &cfg, &err) < 0) {
+            dsv4_log_error("compute", "%s", err.msg);
+            return 78;
+        }
+        if (dsv4_fetcher_client_open(c.d.run_dir, 0, &c.fetched.client, &err) < 0) {
+            dsv4_log_error("compute", "expert cache: %s", err.msg);
+            return 69;
+        }
+        c.fetched.n_experts = cfg.n_routed_experts;
+        c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
+                                       sizeof(*c.fetched.store));
+        eo.experts = &prov;
+        dsv4_log_info("compute", "routed experts from the fetcher's cache");
+    }
     if (dsv4_engine_open(model, &eo, &c.e, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
         dsv4_daemon_fini(&c.d);
@@ -324,6 +383,8 @@ int main(int argc, char **argv)
     zmq_close(c.router);
     dsv4_daemon_fini(&c.d);
     dsv4_engine_free(c.e);
+    dsv4_fetcher_client_free(c.fetched.client);
+    free(c.fetched.store);
     free(c.logits);
     dsv4_zin_free(&c.in);
     dsv4_wire_buf_free(&c.out);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
@@ -18,6 +19,8 @@
 
 #include "daemon.h"
 #include "dsv4_wire.h"
+#include "fetcher_client.h"
+#include "fetcher_shm.h"
 #include "log.h"
 #include "supervisor.h"
 
@@ -112,9 +115,16 @@ static int spawn(struct sv *s, struct child *c)
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
         setenv("DSV4_SUPERVISED", "1", 1);
-        char *argv[] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model,
-                         c->role == DSV4_ROLE_SCHEDULER ? NULL : "--threads", threads,
-                         "--memory-gb", mem, NULL };
+        char *argv[12] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
+        if (c->role == DSV4_ROLE_COMPUTE) {
+            char **a = argv + 5;
+            *a++ = "--threads";
+            *a++ = threads;
+            *a++ = "--memory-gb";
+            *a++ = mem;
+            if (s->ch[DSV4_ROLE_FETCHER].present)
+                *a++ = "--fetcher";
+        }
         execv(c->exe, argv);
         fprintf(stderr, "exec %s: %s\n", c->exe, strerror(errno));
         _exit(127);
@@ -246,6 +256,18 @@ static void turn(struct sv *s, int timeout_ms, int *ready_fd)
         handle_signals(s, ready_fd);
     if (it[0].revents & ZMQ_POLLIN)
         on_ctl(s);
+    struct child *fc = &s->ch[DSV4_ROLE_FETCHER];
+    if (fc->pid && !fc->ready) {    /* the fetcher says READY in its segment, not on ctl */
+        dsv4_fetcher_client *probe;
+        if (dsv4_fetcher_client_open(s->dir, 1, &probe, NULL) == 0) {
+            dsv4_fetcher_client_free(probe);
+            fc->ready = true;
+            atomic_store(&fc->stats->state, DSV4_STATE_READY);
+            dsv4_log_info("supervisor", "fetcher[%d] ready", (int)fc->pid);
+            if (atomic_load(&fc->stats->restarts) > 0)
+                notify_peers(s, DSV4_ROLE_FETCHER);
+        }
+    }
     uint64_t now = dsv4_now_ns();
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
         struct child *c = &s->ch[r];
@@ -295,6 +317,9 @@ static void cleanup(struct sv *s)
         dsv4_stats_unmap(s->ch[r].stats);
         dsv4_stats_unlink(s->dir, r);
     }
+    char eshm[64];  /* the fetcher removes its segment on SIGTERM; not after a SIGKILL */
+    if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
+        shm_unlink(eshm);
     static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
                                          "model" };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
