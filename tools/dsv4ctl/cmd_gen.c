@@ -27,7 +27,7 @@
 
 struct gen_args {
     const char *run_dir, *prompt_ids, *text, *format;
-    bool chat;
+    bool chat, stats;
     int max_tokens, top_k;
     double temperature, top_p;
     uint64_t seed;
@@ -113,6 +113,7 @@ int dsv4ctl_gen(int argc, char **argv)
         { "seed", required_argument, NULL, 's' },
         { "stop", required_argument, NULL, 'S' },
         { "format", required_argument, NULL, 'f' },
+        { "stats", no_argument, NULL, 'x' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -126,6 +127,7 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'i': a.prompt_ids = optarg; break;
         case 'p': a.text = optarg; break;
         case 'c': a.chat = true; break;
+        case 'x': a.stats = true; break;
         case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
         case 't': a.temperature = strtod(optarg, &end); break;
         case 'P': a.top_p = strtod(optarg, &end); break;
@@ -145,7 +147,7 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'h':
             printf("usage: dsv4ctl gen [--run-dir DIR] (--prompt-ids ID,... | --prompt TEXT | TEXT) "
                    "[--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
-                   "[--stop STR]... [--format text|ids|jsonl]\n");
+                   "[--stop STR]... [--format text|ids|jsonl] [--stats]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -217,6 +219,7 @@ int dsv4ctl_gen(int argc, char **argv)
         }
     }
     bool done = rc != 0, cancelled = false;
+    uint64_t t0 = dsv4_now_ns(), t_first = 0;
     uint64_t cancel_at = 0;
     while (!done) {
         struct dsv4_msg m;
@@ -256,6 +259,8 @@ int dsv4ctl_gen(int argc, char **argv)
                 if (t->index + i != n_got || n_got >= (uint32_t)a.max_tokens)
                     continue;   /* a duplicate after a resubmission */
                 got[n_got++] = v;
+                if (n_got == 1)
+                    t_first = dsv4_now_ns();
                 if (!strcmp(format, "ids")) {
                     printf(n_got > 1 ? " %d" : "%d", v);
                 } else {
@@ -305,6 +310,15 @@ int dsv4ctl_gen(int argc, char **argv)
     }
     if (cancelled)
         rc = 130;
+    if (a.stats && rc == 0 && n_got > 0) {   /* the same lines as `dsv4ctl run --stats` */
+        double pre = (double)(t_first - t0) / 1e9, dec = (double)(dsv4_now_ns() - t_first) / 1e9;
+        fprintf(stderr, "prefill: %zu tokens in %.3f s (%.2f tok/s)\n", prompt.n, pre,
+                (double)prompt.n / pre);
+        if (n_got > 1)
+            fprintf(stderr, "decode: %u tokens in %.3f s (%.2f tok/s)\n", n_got - 1, dec,
+                    (n_got - 1) / dec);
+        fprintf(stderr, "ttft: %.3f s\n", pre);
+    }
     if (tok) {
         dsv4_detok_free(&dt);
         dsv4_tokenizer_free(tok);
