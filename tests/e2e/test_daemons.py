@@ -139,6 +139,16 @@ def contracts():
         assert p.returncode == 65 and "vocabulary" in p.stderr, (p.returncode, p.stderr)
         assert ctl("gen", "--run-dir", run_dir, "--prompt-ids", PROMPT, "--max-tokens", "12",
                    "--format", "ids").stdout == ref
+        # Ctrl-C cancels: exit 130, the ids printed so far are a prefix, the scheduler counts it
+        g = gen()
+        time.sleep(0.3)
+        g.send_signal(signal.SIGINT)
+        out, err = g.communicate(timeout=30)
+        full = run_ref(PROMPT, 64).split()
+        assert g.returncode == 130 and len(out.split()) < 64, (g.returncode, out, err)
+        assert out.split() == full[:len(out.split())], out
+        rc, st3 = status()
+        assert daemon(st3, "scheduler")["requests_cancelled"] == 1, st3
     finally:
         stop_and_check(st)
 

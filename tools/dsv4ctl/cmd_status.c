@@ -94,6 +94,8 @@ int dsv4ctl_status(int argc, char **argv)
             cJSON_AddNumberToObject(root, "active", (double)atomic_load(&s->active));
             cJSON_AddNumberToObject(d, "requests_ok", (double)atomic_load(&s->req_ok));
             cJSON_AddNumberToObject(d, "requests_busy", (double)atomic_load(&s->req_busy));
+            cJSON_AddNumberToObject(d, "requests_cancelled", (double)atomic_load(&s->req_cancelled));
+            cJSON_AddNumberToObject(d, "requests_error", (double)atomic_load(&s->req_error));
             cJSON_AddNumberToObject(d, "generated_tokens", (double)atomic_load(&s->generated_tokens));
             cJSON_AddNumberToObject(d, "replays", (double)atomic_load(&s->replays));
         }
