@@ -336,8 +336,6 @@ static bool issue(struct sched *s, struct req *r)
         int64_t ctx = (int64_t)r->n_prompt + (r->kind == DSV4_MSG_GENERATE ? r->max_tokens : 0) + 1;
         struct dsv4_msg_session_open o = { seq, r->session, ctx };
         dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_OPEN, &o, sizeof(o));
-        if (r->n_tok > r->n_prompt || r->n_gen > 0)
-            atomic_fetch_add(&s->d.stats->replays, 1);
     } else {
         bool score = r->kind == DSV4_MSG_SCORE;
         uint32_t n = (uint32_t)DSV4_MIN((int64_t)(score ? SCORE_ROWS : PREFILL_ROWS),
@@ -360,6 +358,8 @@ static bool issue(struct sched *s, struct req *r)
     }
     if (dsv4_zsend(s->compute, NULL, 0, &s->out, 1) < 0)
         return false;   /* compute not connected (restarting): retry on the next turn */
+    if (!r->opened && r->n_gen > 0)     /* a replay (compute restart) or a resumed request */
+        atomic_fetch_add(&s->d.stats->replays, 1);
     s->inflight = r;
     s->inflight_seq = seq;
     return true;

@@ -236,7 +236,28 @@ def stop_during():
     assert g.returncode != 0, (out, err)
 
 
-scenarios = {"contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
+def bad_model():
+    """The first daemon exits 78 on a checkpoint it cannot load: start fails with the reason,
+    no respawn, nothing left behind."""
+    bad = os.path.join(scratch, "e2e-bad-model-dir")
+    shutil.rmtree(bad, ignore_errors=True)
+    os.makedirs(bad)
+    shutil.copy(os.path.join(model, "config.json"), bad)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    p = ctl("start", "--model", bad, "--run-dir", run_dir, check=False, timeout=120)
+    assert p.returncode == 69 and "exited with status 78 (bad config); not restarting" in p.stderr, \
+        (p.returncode, p.stderr)
+    for _ in range(100):
+        if ctl("status", "--run-dir", run_dir, check=False).stdout.find("supervisor 0,") >= 0:
+            break
+        time.sleep(0.05)
+    assert not shm_segments(), shm_segments()
+    log = open(os.path.join(run_dir, "supervisor.log")).read()
+    assert log.count("started ") == 1, log
+    shutil.rmtree(bad)
+
+
+scenarios = {"bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,
              "malformed": malformed, "stop": stop_during}
