@@ -257,7 +257,37 @@ def bad_model():
     shutil.rmtree(bad)
 
 
-scenarios = {"bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
+def crash_loop():
+    """Five deaths of compute within 120 s trip the breaker: the set stops, nothing is left."""
+    st = start()
+    pids = [d["pid"] for d in st["daemons"]] + [st["supervisor_pid"]]
+    backoffs = []
+    for i in range(5):
+        deadline = time.time() + 30
+        while True:
+            rc, cur = status()
+            c = daemon(cur, "compute") if cur["daemons"] else None
+            if c and c["state"] == "ready" and c["restarts"] == i:
+                break
+            assert time.time() < deadline, cur
+            time.sleep(0.02)
+        pids.append(c["pid"])
+        os.kill(c["pid"], signal.SIGKILL)
+    deadline = time.time() + 30
+    while ctl("status", "--run-dir", run_dir, check=False).stdout.find("supervisor 0,") < 0:
+        assert time.time() < deadline, "supervisor still running after the crash loop"
+        time.sleep(0.05)
+    log = open(os.path.join(run_dir, "supervisor.log")).read()
+    assert "crash loop" in log and log.count("started compute") == 5, log
+    for ms in ("100 ms (1/5)", "200 ms (2/5)", "400 ms (3/5)", "800 ms (4/5)"):
+        assert ms in log, (ms, log)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or \
+            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", pid
+    assert not shm_segments(), shm_segments()
+
+
+scenarios = {"crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,
              "malformed": malformed, "stop": stop_during}
