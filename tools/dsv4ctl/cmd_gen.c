@@ -421,12 +421,22 @@ static int score_daemon(int argc, char **argv)
     return rc;
 }
 
-/* `score` goes in-process with --model, to the daemons otherwise. */
+/*
+ * `score` goes to the daemons with --run-dir, or without --model when a set runs in the
+ * default run directory; otherwise in-process (where a missing --model is a usage error).
+ */
 int dsv4ctl_score_any(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
+    bool run_dir = false;
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") || !strncmp(argv[i], "--model=", 8) ||
             !strcmp(argv[i], "--help"))
             return dsv4ctl_score(argc, argv);
-    return score_daemon(argc, argv);
+        run_dir |= !strcmp(argv[i], "--run-dir") || !strncmp(argv[i], "--run-dir=", 10);
+    }
+    char dir[DSV4_PATH_MAX];
+    dsv4_rundir_resolve(NULL, dir);
+    if (run_dir || dsv4_rundir_supervisor_pid(dir) != 0)
+        return score_daemon(argc, argv);
+    return dsv4ctl_score(argc, argv);
 }
