@@ -14,6 +14,7 @@
 
 #include "dsv4ctl.h"
 #include "dsv4_wire.h"
+#include "fetcher_shm.h"
 #include "rundir.h"
 
 static long rss_kib(long pid)
@@ -106,6 +107,24 @@ int dsv4ctl_status(int argc, char **argv)
                    (unsigned long long)pid, st < 4 ? states[st] : "?", up,
                    (unsigned long long)atomic_load(&s->restarts), rss_kib((long)pid));
         dsv4_stats_unmap(s);
+    }
+    /* the fetcher's counters live in its expert segment (misses are loads it had to read;
+     * leases of resident experts are served without it and are not counted there) */
+    char ename[64];
+    struct dsv4_expert_shm *es;
+    uint64_t esize;
+    if (sv != 0 && dsv4_eshm_name(dir, ename, sizeof(ename), NULL) == 0 &&
+        dsv4_eshm_attach(ename, &es, &esize, NULL) == 0) {
+        double req = (double)atomic_load(&es->stats.requests), hit = (double)atomic_load(&es->stats.hits);
+        cJSON *e = cJSON_AddObjectToObject(root, "expert_cache");
+        cJSON_AddNumberToObject(e, "load_requests", req);
+        cJSON_AddNumberToObject(e, "hits", hit);
+        cJSON_AddNumberToObject(e, "misses", (double)atomic_load(&es->stats.misses));
+        cJSON_AddNumberToObject(e, "bytes_read", (double)atomic_load(&es->stats.bytes_read));
+        cJSON_AddNumberToObject(e, "hit_rate", req > 0 ? hit / req : 0);
+        if (!json)
+            printf("expert cache: %.0f load requests, hit rate %.3f\n", req, req > 0 ? hit / req : 0);
+        dsv4_eshm_unmap(es, esize);
     }
     if (json) {
         char *t = cJSON_Print(root);
