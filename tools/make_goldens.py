@@ -28,6 +28,31 @@ def dumps(gold):
     return json.dumps(gold, separators=(",", ":"), sort_keys=True) + "\n"
 
 
+def write(fixture, prompt_seed, n_greedy, out=None):
+    """Run the ensemble on the checkpoint in `fixture` and write its goldens.json."""
+    with open(os.path.join(fixture, "config.json")) as f:
+        cfg = json.load(f)
+    ck = dsv4ref.safetensors_io.load_checkpoint(fixture)
+    models = [(n, dsv4ref.Model(fixture, v, checkpoint=ck), role)
+              for n, v, role in goldens.ensemble()]
+    gold = goldens.make(models, goldens.prompts(cfg["vocab_size"], prompt_seed), n_greedy,
+                        {"fixture": os.path.basename(os.path.normpath(fixture)),
+                         "prompt_seed": prompt_seed, "vocab_size": cfg["vocab_size"]})
+    with open(out or os.path.join(fixture, "goldens.json"), "w") as f:
+        f.write(dumps(gold))
+    return gold
+
+
+def summary(gold):
+    for e in gold["prompts"]:
+        t = e["tolerances"]
+        print(f"prompt {e['prompt_len']:4d}: tolerances " +
+              " ".join(f"{k} {v:.3g}" for k, v in sorted(t.items())) +
+              f"; margin clear {e['margin_clear']:.3g}; stable {e['n_stable_prompt']}/"
+              f"{e['prompt_len'] - 1} teacher-forced, greedy {e['n_stable_greedy']}/"
+              f"{gold['n_greedy']} (stable prefix {e['greedy_stable_prefix']})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixture", required=True)
@@ -35,24 +60,7 @@ def main():
     ap.add_argument("--greedy", type=int, default=32)
     ap.add_argument("--out", help="default: FIXTURE/goldens.json")
     a = ap.parse_args()
-    with open(os.path.join(a.fixture, "config.json")) as f:
-        cfg = json.load(f)
-    ck = dsv4ref.safetensors_io.load_checkpoint(a.fixture)
-    models = [(n, dsv4ref.Model(a.fixture, v, checkpoint=ck), role)
-              for n, v, role in goldens.ensemble()]
-    gold = goldens.make(models, goldens.prompts(cfg["vocab_size"], a.seed), a.greedy,
-                        {"fixture": os.path.basename(os.path.normpath(a.fixture)),
-                         "prompt_seed": a.seed, "vocab_size": cfg["vocab_size"]})
-    with open(a.out or os.path.join(a.fixture, "goldens.json"), "w") as f:
-        f.write(dumps(gold))
-    print(f"margin clear above {gold['margin_clear']:.3g}")
-    for e in gold["prompts"]:
-        t = e["tolerances"]
-        print(f"prompt {e['prompt_len']:4d}: tolerances " +
-              " ".join(f"{k} {v:.3g}" for k, v in sorted(t.items())) +
-              f"; stable {e['n_stable_prompt']}/{e['prompt_len'] - 1} "
-              f"teacher-forced, greedy {e['n_stable_greedy']}/{gold['n_greedy']} "
-              f"(stable prefix {e['greedy_stable_prefix']})")
+    summary(write(a.fixture, a.seed, a.greedy, a.out))
 
 
 if __name__ == "__main__":

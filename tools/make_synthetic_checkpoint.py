@@ -17,7 +17,7 @@ Random chunks (16 MiB) come from a small pool reused cyclically: generating giga
 randomness on a shared 2-core machine is the slow part, and speed does not depend on it.
 
 Usage: make_synthetic_checkpoint.py --config tools/reference/configs/flash.json --layers 4
-                                     --out /tmp/flash4 [--seed 1]
+                                     --out /tmp/flash4 [--seed 1] [--routed-experts N]
 """
 import argparse
 import json
@@ -56,7 +56,7 @@ def bf16_bytes(rng, n, exp):
     return ((r & 0x807F) | (e << 7)).astype(np.uint16)
 
 
-def payload(rng, name, dtype, shape, fan_in):
+def payload(rng, name, dtype, shape, fan_in, n_routed):
     """Yield the tensor's bytes in chunks of at most CHUNK."""
     n = int(np.prod(shape))
     if dtype == "F8_E8M0":
@@ -71,7 +71,7 @@ def payload(rng, name, dtype, shape, fan_in):
         rows, k = shape
         r = np.arange(rows, dtype=np.int64)[:, None]
         j = np.arange(k, dtype=np.int64)[None, :]
-        yield ((r * 7 + j * 37) % 256).astype("<i8").tobytes()   # 37 odd: distinct per row
+        yield ((r * 7 + j * 37) % n_routed).astype("<i8").tobytes()  # distinct per row (k small)
         return
     if dtype == "F32":
         if name.endswith("_fn"):
@@ -111,12 +111,16 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--routed-experts", type=int, default=0,
+                    help="override n_routed_experts (same per-expert shapes; fits in RAM)")
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
     cfg["num_hidden_layers"] = a.layers
     cfg["num_nextn_predict_layers"] = 0
     cfg["compress_ratios"] = cfg["compress_ratios"][:a.layers]
+    if a.routed_experts:
+        cfg["n_routed_experts"] = a.routed_experts
     inv = layout.tensors(cfg)
     # input width of every quantised weight (for its scale)
     fan_in = {n[:-len(".weight")]: s[1] * (2 if d == "I8" else 1)
@@ -140,7 +144,7 @@ def main():
         with open(os.path.join(a.out, fn), "wb") as f:
             f.write(struct.pack("<Q", len(text)) + text)
             for name, dtype, shape in items:
-                for b in payload(rng, name, dtype, shape, fan_in):
+                for b in payload(rng, name, dtype, shape, fan_in, cfg["n_routed_experts"]):
                     f.write(b)
         total += pos
         print(f"{fn}: {pos / 2**30:.2f} GiB", flush=True)

@@ -197,6 +197,17 @@ static void test_rollback_limits(void **state)
     assert_int_equal(dsv4_session_rollback(s, 10, &err), 0);
     dsv4_session_reset(s);
     assert_int_equal(dsv4_session_pos(s), 0);
+    assert_int_equal(dsv4_session_rollback(s, 0, &err), 0);
+    /* a reset session computes what a fresh one does (stale rows are never read) */
+    float *a = dsv4_xmalloc((size_t)40 * vocab * sizeof(float));
+    forward(s, tokens + 50, 40, DSV4_LOGITS_ALL, a);
+    float *b = dsv4_xmalloc((size_t)40 * vocab * sizeof(float));
+    dsv4_session *f = new_session(e, 8, 4);
+    forward(f, tokens + 50, 40, DSV4_LOGITS_ALL, b);
+    assert_memory_equal(a, b, (size_t)40 * vocab * sizeof(float));
+    free(a);
+    free(b);
+    dsv4_session_free(f);
     dsv4_session_free(s);
     dsv4_engine_free(e);
 }

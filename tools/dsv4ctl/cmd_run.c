@@ -50,6 +50,7 @@ int dsv4ctl_run(int argc, char **argv)
     }
     dsv4_engine *e;
     dsv4_session *s;
+    uint64_t t_open = dsv4_now_ns();
     if ((rc = engine_args_open(&a, (int64_t)a.n_prompt + a.max_tokens + 1, &e, &s))) {
         engine_args_free(&a);
         return rc;
@@ -83,6 +84,12 @@ int dsv4ctl_run(int argc, char **argv)
             fprintf(stderr, "decode: %d tokens in %.3f s (%.2f tok/s)\n", n_gen - 1, dec,
                     (n_gen - 1) / dec);
         fprintf(stderr, "ttft: %.3f s\n", pre);
+        fprintf(stderr, "load: %.3f s\n", (double)(t0 - t_open) / 1e9);
+        struct dsv4_expert_cache_stats es;
+        if (dsv4_engine_expert_stats(e, &es) == 0)
+            fprintf(stderr, "experts: %llu hits, %llu misses, %.2f GiB read, peak cache %.2f GiB\n",
+                    (unsigned long long)es.hits, (unsigned long long)es.misses,
+                    (double)es.bytes_read / (1 << 30), (double)es.peak_bytes / (1 << 30));
     }
     free(logits);
     dsv4_session_free(s);

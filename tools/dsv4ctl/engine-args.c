@@ -51,7 +51,7 @@ static bool parse_ids(const char *s, struct engine_args *a)
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
-           O_CTX };
+           O_CTX, O_CACHE };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
@@ -63,6 +63,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         { "threads", required_argument, NULL, O_THREADS },
         { "chunk", required_argument, NULL, O_CHUNK },
         { "max-ctx", required_argument, NULL, O_CTX },
+        { "expert-cache-mib", required_argument, NULL, O_CACHE },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -75,7 +76,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case O_MODEL:
             a->model = optarg;
@@ -128,12 +129,20 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                 goto bad;
             a->max_ctx = v;
             break;
+        case O_CACHE:
+            if (!parse_long(optarg, 1, 1LL << 40, &v))
+                goto bad;
+            a->expert_cache_mib = (uint64_t)v;
+            break;
         case 'h':
             printf("usage: dsv4ctl %s --model DIR --prompt-ids ID,ID,... %s[--format %s] "
-                   "[--threads N] [--chunk N] [--max-ctx N] [--stats]\n",
+                   "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]\n",
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
                    generate ? "ids" : "tsv");
             return -1;
+        case ':':
+            fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);
+            return DSV4_EXIT_USAGE;
         default:
             fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[optind - 1]);
             return DSV4_EXIT_USAGE;
@@ -164,7 +173,8 @@ int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine
                      dsv4_session **ses)
 {
     struct dsv4_err err = { "" };
-    struct dsv4_engine_opts eo = { .n_threads = a->threads };
+    struct dsv4_engine_opts eo = { .n_threads = a->threads,
+                                   .expert_cache_bytes = a->expert_cache_mib << 20 };
     int rc = dsv4_engine_open(a->model, &eo, eng, &err);
     if (rc < 0) {
         fprintf(stderr, "dsv4ctl: %s\n", err.msg);

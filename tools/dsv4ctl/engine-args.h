@@ -23,6 +23,7 @@ struct engine_args {
     int threads;
     int chunk;
     int64_t max_ctx;
+    uint64_t expert_cache_mib;  /* in-process expert LRU budget; 0 = engine default */
 };
 
 /* Parses argv[1..]; returns 0 or a DSV4_EXIT_* code after printing why. */
