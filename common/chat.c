@@ -215,3 +215,23 @@ int dsv4_chat_encode(dsv4_tokenizer *t, const struct dsv4_chat_msg *msgs, size_t
     free(text);
     return 0;
 }
+
+int dsv4_chat_prompt(dsv4_tokenizer *t, const char *text, size_t len, enum dsv4_prompt_kind kind,
+                     struct dsv4_ids *ids, struct dsv4_err *err)
+{
+    if (kind == DSV4_PROMPT_RAW || kind == DSV4_PROMPT_RAW_BOS) {
+        uint32_t bos;
+        if (kind == DSV4_PROMPT_RAW_BOS && !dsv4_tokenizer_bos(t, &bos))
+            return dsv4_errf(err, -EINVAL, "the tokenizer has no BOS token");
+        dsv4_tokenizer_encode(t, text, len, kind == DSV4_PROMPT_RAW_BOS, ids);
+        return 0;
+    }
+    char *content = dsv4_xmalloc(len + 1);
+    memcpy(content, text, len);
+    content[len] = '\0';
+    struct dsv4_chat_msg msg = { .role = "user", .content = content };
+    struct dsv4_chat_opts o = { .thinking = kind == DSV4_PROMPT_CHAT_THINK };
+    int rc = dsv4_chat_encode(t, &msg, 1, &o, ids, err);
+    free(content);
+    return rc;
+}

@@ -46,3 +46,15 @@ int dsv4_chat_render(const struct dsv4_chat_msg *msgs, size_t n, const struct ds
  * marker the conversation needs (as an added token). */
 int dsv4_chat_encode(dsv4_tokenizer *t, const struct dsv4_chat_msg *msgs, size_t n,
                      const struct dsv4_chat_opts *o, struct dsv4_ids *ids, struct dsv4_err *err);
+
+/* What `dsv4ctl tokenize` and `run`/`gen` do with a text prompt. */
+enum dsv4_prompt_kind {
+    DSV4_PROMPT_RAW,        /* the text as is, no BOS */
+    DSV4_PROMPT_RAW_BOS,    /* BOS + the text */
+    DSV4_PROMPT_CHAT,       /* one user message, non-thinking: ends <｜Assistant｜></think> */
+    DSV4_PROMPT_CHAT_THINK, /* one user message, thinking: ends <｜Assistant｜><think> */
+};
+
+/* Append the prompt's ids to *ids (text[0..len), any bytes). */
+int dsv4_chat_prompt(dsv4_tokenizer *t, const char *text, size_t len, enum dsv4_prompt_kind kind,
+                     struct dsv4_ids *ids, struct dsv4_err *err);

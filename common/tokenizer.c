@@ -130,7 +130,7 @@ struct merge {
 struct dsv4_tokenizer {
     dsv4_strmap *by_str;  /* token string (byte-level spelling or added content) → id */
     dsv4_strmap *raw;     /* raw bytes of a vocabulary entry → id; index = BPE symbol */
-    dsv4_strmap *pairs;   /* (u32 left symbol, u32 right symbol) → rank << 32 | merged symbol */
+    dsv4_strmap *pairs;   /* while loading: (u32 left, u32 right symbol) → rank << 32 | merged */
     uint32_t *merge_start; /* per left symbol: its merges are merges[start[l] .. start[l + 1]) */
     struct merge *merges;  /* sorted by right symbol within a left symbol */
     uint32_t byte_sym[256];
@@ -535,6 +535,7 @@ static void build_merge_index(dsv4_tokenizer *t)
     for (size_t l = 0; l < ns; l++)
         qsort(t->merges + t->merge_start[l], t->merge_start[l + 1] - t->merge_start[l],
               sizeof(*t->merges), cmp_merge);
+    t->pairs = dsv4_strmap_free(t->pairs); /* the index replaces it */
 }
 
 /* The merge of (left, right), or NULL. */

@@ -120,21 +120,13 @@ int dsv4ctl_tokenize(int argc, char **argv)
         len = strlen(text);
     }
     struct dsv4_ids ids = { 0 };
+    struct dsv4_err err;
+    enum dsv4_prompt_kind kind = chat ? (think ? DSV4_PROMPT_CHAT_THINK : DSV4_PROMPT_CHAT)
+                                      : (bos ? DSV4_PROMPT_RAW_BOS : DSV4_PROMPT_RAW);
     rc = DSV4_EXIT_OK;
-    if (chat) {
-        char *content = dsv4_xmalloc(len + 1);
-        memcpy(content, text, len);
-        content[len] = '\0';
-        struct dsv4_chat_msg msg = { .role = "user", .content = content };
-        struct dsv4_chat_opts o = { .thinking = think };
-        struct dsv4_err err;
-        if (dsv4_chat_encode(t, &msg, 1, &o, &ids, &err)) {
-            fprintf(stderr, "dsv4ctl tokenize: %s\n", err.msg);
-            rc = DSV4_EXIT_DATAERR;
-        }
-        free(content);
-    } else {
-        dsv4_tokenizer_encode(t, text, len, bos, &ids);
+    if (dsv4_chat_prompt(t, text, len, kind, &ids, &err)) {
+        fprintf(stderr, "dsv4ctl tokenize: %s\n", err.msg);
+        rc = DSV4_EXIT_DATAERR;
     }
     if (rc == DSV4_EXIT_OK) {
         for (size_t i = 0; i < ids.n; i++)
