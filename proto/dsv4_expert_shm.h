@@ -123,7 +123,7 @@ struct dsv4_expert_req {
     uint64_t id;     /* client-chosen, echoed in the completion */
     uint32_t op;     /* enum dsv4_expert_op */
     uint32_t key;    /* layer × n_experts + expert, or a token id (PREFETCH_TOKEN) */
-    uint64_t t_ns;   /* client's monotonic clock at submission (latency stats) */
+    uint64_t t_ns;   /* client's monotonic clock at submission (for tracing) */
     uint64_t reserved;
 };
 _Static_assert(sizeof(struct dsv4_expert_req) == 32, "ABI");
@@ -181,7 +181,7 @@ struct dsv4_expert_stats_shm {
     _Atomic uint64_t buffered_reads;    /* reads done without O_DIRECT (fallback) */
     _Atomic uint64_t client_hits;       /* leases taken by clients without a request */
     _Atomic uint64_t client_requests;   /* experts clients asked for */
-    _Atomic uint64_t lat_hist[DSV4_EXPERT_LAT_BUCKETS]; /* per expert load, request to ready */
+    _Atomic uint64_t lat_hist[DSV4_EXPERT_LAT_BUCKETS]; /* per expert load: first read to READY */
     _Atomic uint64_t progress;          /* bumped by the fetcher loop (liveness) */
     uint64_t reserved[15];
 };
@@ -215,6 +215,7 @@ struct dsv4_expert_shm {
     _Atomic uint32_t io_direct;         /* 1 = O_DIRECT reads, 0 = buffered fallback */
     _Atomic uint32_t io_uring;          /* 1 = io_uring, 0 = pread */
     _Atomic uint64_t clock;             /* LRU tick source (fetch_add by anyone) */
+    _Atomic uint32_t blocked;           /* 1 while a demand waits for a lease to end */
     /* Request ring: head/futex/waiters written by the client (256), tail by the fetcher (320). */
     alignas(64) _Atomic uint64_t req_head;
     _Atomic uint32_t req_futex, req_waiters;

@@ -72,7 +72,6 @@ DEFAULT_INIT = {
     "comp_norm": 2.0,      # main compressor norm weight mean (scores of compressed rows)
     "wo_b": 3.0,           # attention output projection gain (attention ~ MoE in the stream)
     "bypass": 0.0,         # confident recipe: successor vote carried by the embedding
-    "bypass_moe": 0.0,     # confident recipe: successor vote carried by layer 0's MoE output
 }
 
 # The confident fixture: same shapes; the embedding (std 3.5) carries a successor vote into the
@@ -154,49 +153,16 @@ def quant_fp4(w):
     return formats.pack_fp4(codes), formats.e8m0_from_pow2(s)
 
 
-def moe0_direction(values, cfg):
-    """Approximate output of layer 0's (hash-routed) MoE for each token alone: the FFN input is
-    taken as ffn_norm * rmsnorm(embed[x]) (at layer 0 the streams are copies of the embedding
-    plus a small attention term); fp32 math on the unquantised weights. [V, d]"""
-    p = "layers.0.ffn."
-    e = values["embed.weight"]
-    u = e / np.sqrt(np.mean(e * e, axis=1, keepdims=True) + 1e-6) * values["layers.0.ffn_norm.weight"]
-    lim = cfg["swiglu_limit"]
-
-    def expert(x, pre):
-        gt = np.minimum(x @ values[pre + "w1.weight"].T, lim)
-        up = np.clip(x @ values[pre + "w3.weight"].T, -lim, lim)
-        return gt / (1.0 + np.exp(-gt)) * up, values[pre + "w2.weight"]
-
-    sc = np.sqrt(np.log1p(np.exp(u @ values[p + "gate.weight"].T)))
-    sel = values[p + "gate.tid2eid"]
-    w = np.take_along_axis(sc, sel, axis=1)
-    w = w / w.sum(axis=1, keepdims=True) * cfg["routed_scaling_factor"]
-    h, w2 = expert(u, p + "shared_experts.")
-    out = h @ w2.T
-    for k in range(sel.shape[1]):
-        for ex in range(cfg["n_routed_experts"]):
-            rows = sel[:, k] == ex
-            h, w2 = expert(u[rows], f"{p}experts.{ex}.")
-            out[rows] += (w[rows, k, None] * h) @ w2.T
-    return out
-
-
 def apply_bypass(values, cfg, init, seed):
     """Confident recipe: a constructed successor map succ (a random permutation of the vocab)
-    written into the head. Token x votes for succ(x) through the direction the residual streams
-    carry for it: its embedding (weight `bypass`) and/or layer 0's hash-routed MoE output
-    (weight `bypass_moe`, so the vote exists only if the MoE runs)."""
-    if not init["bypass"] and not init["bypass_moe"]:
+    written into the head, head[succ(x)] += bypass * head_gain * embed[x] / |embed[x]|, so the
+    embedding of token x, carried by the residual streams, votes for succ(x)."""
+    if not init["bypass"]:
         return
-    V = cfg["vocab_size"]
-    succ = rng_for(seed, "bypass.successor").permutation(V)
-    head = values["head.weight"]
-    for weight, vec in ((init["bypass"], lambda: values["embed.weight"]),
-                        (init["bypass_moe"], lambda: moe0_direction(values, cfg))):
-        if weight:
-            v = vec()
-            head[succ] += weight * init["head"] * v / np.linalg.norm(v, axis=1, keepdims=True)
+    succ = rng_for(seed, "bypass.successor").permutation(cfg["vocab_size"])
+    e = values["embed.weight"]
+    values["head.weight"][succ] += init["bypass"] * init["head"] * e / np.linalg.norm(
+        e, axis=1, keepdims=True)
 
 
 def build(cfg, init, seed):
@@ -255,7 +221,8 @@ def resolve(config):
         return PRESETS[config]
     with open(config) as f:
         cfg = json.load(f)
-    return dict(BASE_CONFIG, **cfg), dict(DEFAULT_INIT, **cfg.pop("dsv4_init", {}))
+    init = dict(DEFAULT_INIT, **cfg.pop("dsv4_init", {}))  # optional recipe overrides
+    return dict(BASE_CONFIG, **cfg), init
 
 
 def main():

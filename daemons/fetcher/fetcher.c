@@ -112,6 +112,9 @@ struct dsv4_fetcher {
     struct fifo demand, prefetch;
     uint32_t pin_pending;
     uint32_t pending_cursor;
+    uint8_t *manual_pin;       /* [n_slots]: pinned by a pin command (never auto-unpinned) */
+    uint64_t last_repin;       /* stats.requests at the last hot-set pass */
+    uint32_t *sorted;          /* [n_keys] scratch for the hot-set threshold */
 
     pthread_mutex_t mail_lock;
     struct mail *mail;
@@ -471,6 +474,8 @@ static void drain_requests(dsv4_fetcher *f)
     }
 }
 
+static bool set_pinned(dsv4_fetcher *f, uint32_t slot, bool pin);
+
 static void drain_mail(dsv4_fetcher *f)
 {
     pthread_mutex_lock(&f->mail_lock);
@@ -478,19 +483,9 @@ static void drain_mail(dsv4_fetcher *f)
         uint32_t key = f->mail[i].key;
         struct dsv4_expert_shm *s = f->shm;
         int32_t slot = atomic_load_explicit(&dsv4_expert_shm_dir(s)[key], memory_order_acquire);
-        uint32_t from = f->mail[i].pin ? DSV4_SLOT_READY : DSV4_SLOT_PINNED;
-        uint32_t to = f->mail[i].pin ? DSV4_SLOT_PINNED : DSV4_SLOT_READY;
         if (slot >= 0) {
-            struct dsv4_expert_slot_shm *sl = &dsv4_expert_shm_slots(s)[slot];
-            uint64_t w = atomic_load_explicit(&sl->word, memory_order_acquire);
-            while (DSV4_SLOT_STATE(w) == from &&
-                   !atomic_compare_exchange_weak_explicit(
-                       &sl->word, &w, DSV4_SLOT_WORD(DSV4_SLOT_GEN(w), to, DSV4_SLOT_LEASES(w)),
-                       memory_order_acq_rel, memory_order_acquire))
-                ;
-            if (DSV4_SLOT_STATE(w) == from)
-                atomic_fetch_add_explicit(&s->stats.pinned, f->mail[i].pin ? 1 : (uint64_t)-1,
-                                          memory_order_relaxed);
+            set_pinned(f, (uint32_t)slot, f->mail[i].pin);
+            f->manual_pin[slot] = f->mail[i].pin;
         } else if (f->mail[i].pin && f->loading[key] >= 0) {
             f->loads[f->loading[key]].pin = true;
         } else if (f->mail[i].pin) {
@@ -501,6 +496,64 @@ static void drain_mail(dsv4_fetcher *f)
     }
     f->n_mail = 0;
     pthread_mutex_unlock(&f->mail_lock);
+}
+
+/* Change a READY slot to PINNED or back (leases kept); false if it was not in `from`. */
+static bool set_pinned(dsv4_fetcher *f, uint32_t slot, bool pin)
+{
+    struct dsv4_expert_slot_shm *sl = &dsv4_expert_shm_slots(f->shm)[slot];
+    uint32_t from = pin ? DSV4_SLOT_READY : DSV4_SLOT_PINNED;
+    uint32_t to = pin ? DSV4_SLOT_PINNED : DSV4_SLOT_READY;
+    uint64_t w = atomic_load_explicit(&sl->word, memory_order_acquire);
+    while (DSV4_SLOT_STATE(w) == from)
+        if (atomic_compare_exchange_weak_explicit(
+                &sl->word, &w, DSV4_SLOT_WORD(DSV4_SLOT_GEN(w), to, DSV4_SLOT_LEASES(w)),
+                memory_order_acq_rel, memory_order_acquire)) {
+            atomic_fetch_add_explicit(&f->shm->stats.pinned, pin ? 1 : (uint64_t)-1,
+                                      memory_order_relaxed);
+            return true;
+        }
+    return false;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* Learn the hot set while running: every repin_every demands (fetcher or client hits), the pin_slots experts with
+ * the highest demand counts that are cached get pinned; automatically pinned slots that fell
+ * out of that set are unpinned (slots pinned by a command stay). */
+static void repin(dsv4_fetcher *f)
+{
+    struct dsv4_expert_shm *s = f->shm;
+    uint64_t req = atomic_load_explicit(&s->stats.requests, memory_order_relaxed) +
+                   atomic_load_explicit(&s->stats.client_hits, memory_order_relaxed);
+    if (!f->opts.pin_slots || req - f->last_repin < f->opts.repin_every)
+        return;
+    f->last_repin = req;
+    _Atomic uint32_t *usage = dsv4_expert_shm_usage(s);
+    for (uint32_t k = 0; k < f->n_keys; k++)
+        f->sorted[k] = atomic_load_explicit(&usage[k], memory_order_relaxed);
+    qsort(f->sorted, f->n_keys, sizeof(*f->sorted), cmp_desc);
+    uint32_t t = f->sorted[DSV4_MIN(f->opts.pin_slots, f->n_keys) - 1];
+    if (t < 2)
+        t = 2; /* an expert used once is not hot */
+    struct dsv4_expert_slot_shm *slots = dsv4_expert_shm_slots(s);
+    for (uint32_t i = 0; i < s->n_slots; i++) {
+        uint32_t key = atomic_load_explicit(&slots[i].key, memory_order_relaxed);
+        uint32_t st = DSV4_SLOT_STATE(atomic_load_explicit(&slots[i].word, memory_order_relaxed));
+        if (key >= f->n_keys)
+            continue;
+        uint32_t u = atomic_load_explicit(&usage[key], memory_order_relaxed);
+        if (st == DSV4_SLOT_PINNED && !f->manual_pin[i] && u < t)
+            set_pinned(f, i, false);
+        else if (st == DSV4_SLOT_READY && u >= t &&
+                 atomic_load_explicit(&s->stats.pinned, memory_order_relaxed) + f->pin_pending <
+                     f->opts.pin_slots)
+            set_pinned(f, i, true);
+    }
 }
 
 /* ---- slots ---- */
@@ -606,6 +659,7 @@ static void finish_load(dsv4_fetcher *f, uint32_t slot)
         atomic_store_explicit(&dsv4_expert_shm_dir(s)[l->key], (int32_t)slot,
                               memory_order_release);
         f->layer_count[l->key / s->n_experts]++;
+        f->manual_pin[slot] = l->pin;
         if (l->pin)
             atomic_fetch_add_explicit(&s->stats.pinned, 1, memory_order_relaxed);
         uint64_t us = (dsv4_now_ns() - l->t_start) / 1000;
@@ -720,6 +774,7 @@ static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
      * tail may run into end of file). */
     uint64_t need = sp->data_end > off ? DSV4_MIN(len, sp->data_end - off) : 0;
     const char *shard = dsv4_checkpoint_shard_path(f->ckpt, sp->shard);
+    const char *base = strrchr(shard, '/') ? strrchr(shard, '/') + 1 : shard;
     if (d->res == -EINVAL && f->direct_fd[sp->shard] >= 0) {
         dsv4_log_warn(TOPIC, "%s: O_DIRECT read refused (EINVAL): buffered reads from now on",
                       shard);
@@ -738,12 +793,12 @@ static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
         atomic_fetch_add_explicit(&s->stats.buffered_reads, 1, memory_order_relaxed);
     if (d->res < 0 && l->status == 0) {
         l->status = (int)d->res;
-        snprintf(l->msg, sizeof(l->msg), "read %s at %llu: %s", shard, (unsigned long long)off,
-                 strerror((int)-d->res));
+        snprintf(l->msg, sizeof(l->msg), "%s reading %s at %llu", strerror((int)-d->res), base,
+                 (unsigned long long)off);
     } else if (d->res >= 0 && (uint64_t)d->res < need && l->status == 0) {
         l->status = -EIO;
-        snprintf(l->msg, sizeof(l->msg), "short read %s at %llu: %lld of %llu bytes (truncated?)",
-                 shard, (unsigned long long)off, (long long)d->res, (unsigned long long)need);
+        snprintf(l->msg, sizeof(l->msg), "short read: %lld of %llu bytes of %s at %llu (truncated?)",
+                 (long long)d->res, (unsigned long long)need, base, (unsigned long long)off);
     }
     if (d->res > 0)
         atomic_fetch_add_explicit(&s->stats.bytes_read, (uint64_t)DSV4_MIN((uint64_t)d->res, need),
@@ -947,6 +1002,12 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
     f->free_slots = dsv4_xcalloc(g.n_slots, sizeof(*f->free_slots));
     f->layer_count = dsv4_xcalloc(g.n_layers, sizeof(*f->layer_count));
     f->issue = dsv4_xcalloc(g.n_slots, sizeof(*f->issue));
+    f->manual_pin = dsv4_xcalloc(g.n_slots, 1);
+    f->sorted = dsv4_xcalloc(f->n_keys, sizeof(*f->sorted));
+    if (!f->opts.repin_every)
+        f->opts.repin_every = 4096;
+    f->last_repin = atomic_load_explicit(&f->shm->stats.requests, memory_order_relaxed) +
+                    atomic_load_explicit(&f->shm->stats.client_hits, memory_order_relaxed);
     init_tables(f, fresh);
 
     const char *env = getenv("DSV4_IO");
@@ -1032,8 +1093,10 @@ int dsv4_fetcher_run(dsv4_fetcher *f)
         atomic_fetch_add_explicit(&s->stats.progress, 1, memory_order_relaxed);
         drain_mail(f);
         drain_requests(f);
+        repin(f);
         bool blocked;
         start_loads(f, &blocked);
+        atomic_store_explicit(&s->blocked, blocked, memory_order_relaxed);
         pump(f);
         uint32_t busy = dsv4_fio_in_flight(f->io);
         int n = dsv4_fio_reap(f->io, done, (int)DSV4_ARRAY_SIZE(done), busy ? 250000 : 0);
@@ -1104,6 +1167,8 @@ dsv4_fetcher *dsv4_fetcher_free(dsv4_fetcher *f, bool unlink_shm)
     free(f->free_slots);
     free(f->layer_count);
     free(f->issue);
+    free(f->manual_pin);
+    free(f->sorted);
     free(f->retries);
     free(f->demand.v);
     free(f->prefetch.v);

@@ -28,6 +28,7 @@ struct dsv4_fetcher_opts {
     uint32_t chunk_bytes;       /* largest single read; 0 → 1 MiB */
     enum dsv4_fetcher_io io;    /* also DSV4_IO=pread|buffered in the environment */
     bool numa;                  /* bind I/O thread and segment with hwloc */
+    uint32_t repin_every;       /* re-learn the pinned hot set every N demands; 0 → 4096 */
 };
 
 /* Load the config and checkpoint, plan every expert's reads, create the segment (or

@@ -129,7 +129,8 @@ int dsv4_fetcher_client_acquire(dsv4_fetcher_client *c, int layer, const int *id
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= s->n_experts)
             return dsv4_errf(err, -EINVAL, "experts: expert %d out of range", ids[i]);
-    int32_t *slot = dsv4_xmalloc((size_t)(n ? n : 1) * sizeof(*slot));
+    int32_t small[64];
+    int32_t *slot = n <= 64 ? small : dsv4_xmalloc((size_t)n * sizeof(*slot));
     int rc = 0, missing = 0;
     pthread_mutex_lock(&c->lock);
     atomic_fetch_add_explicit(&s->stats.client_requests, (uint64_t)n, memory_order_relaxed);
@@ -150,7 +151,7 @@ int dsv4_fetcher_client_acquire(dsv4_fetcher_client *c, int layer, const int *id
         missing++;
     }
     c->next_id = first + (uint64_t)n;
-    uint64_t deadline = dsv4_now_ns() + c->timeout_ns;
+    uint64_t deadline = missing ? dsv4_now_ns() + c->timeout_ns : 0;
     int bad = -1;
     char why[DSV4_EXPERT_COMP_MSG] = "";
     while (missing) {
@@ -204,7 +205,8 @@ int dsv4_fetcher_client_acquire(dsv4_fetcher_client *c, int layer, const int *id
             ret[i] = view(c, (uint32_t)slot[i]);
     }
     pthread_mutex_unlock(&c->lock);
-    free(slot);
+    if (slot != small)
+        free(slot);
     return rc;
 }
 
@@ -218,8 +220,8 @@ void dsv4_fetcher_client_release(dsv4_fetcher_client *c, int layer, const int *i
         if (slot >= 0)
             dsv4_eshm_release(s, (uint32_t)slot);
     }
-    if (atomic_load_explicit(&s->req_waiters, memory_order_relaxed))
-        dsv4_eshm_req_kick(s); /* a demand may be waiting for a slot to free up */
+    if (atomic_load_explicit(&s->blocked, memory_order_relaxed))
+        dsv4_eshm_req_kick(s); /* a demand waits for a slot to free up */
 }
 
 static int hint(dsv4_fetcher_client *c, uint32_t op, uint32_t key)

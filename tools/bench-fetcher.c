@@ -1,0 +1,373 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench-fetcher: expert loads through dsv4-fetcher against a raw sequential
+ * O_DIRECT read of the same file, in the same run.
+ *
+ * Writes (once) a synthetic checkpoint under --dir: a Flash-shaped config
+ * reduced to one layer of N routed experts and one safetensors file holding
+ * their six tensors each at the real Flash sizes (13,369,344 bytes per
+ * expert, random bytes, tensors not 4 KiB aligned as in the official
+ * shards). Then, per run: the page cache of the file is dropped
+ * (POSIX_FADV_DONTNEED; the reads are O_DIRECT anyway), a raw sequential
+ * read of the whole file through the same io_uring backend and queue depth,
+ * and a fresh fetcher (cold cache) serving every expert once in random
+ * order, one acquire at a time and in batches of 6. Last, the cost of a
+ * cache hit (lease + release on a cached expert) in ns.
+ *
+ *   bench-fetcher --config FLASH_CONFIG.json [--dir /tmp/dsv4-bench-fetcher] [--experts 64]
+ *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024] [--runs 3]
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "fetcher.h"
+#include "fetcher_client.h"
+#include "fetcher_io.h"
+#include "fetcher_shm.h"
+#include "util.h"
+
+#define DIM 4096
+#define INTER 2048
+
+static const struct {
+    const char *name;
+    const char *dtype;
+    uint64_t rows, cols;
+} parts[6] = { /* name order, as safetensors writers lay them out */
+    { "w1.scale", "F8_E8M0", INTER, DIM / 32 }, { "w1.weight", "I8", INTER, DIM / 2 },
+    { "w2.scale", "F8_E8M0", DIM, INTER / 32 }, { "w2.weight", "I8", DIM, INTER / 2 },
+    { "w3.scale", "F8_E8M0", INTER, DIM / 32 }, { "w3.weight", "I8", INTER, DIM / 2 },
+};
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench-fetcher: %s: %s\n", what, strerror(errno));
+    exit(1);
+}
+
+static void write_config(const char *src, const char *dir, int n_experts)
+{
+    FILE *fp = fopen(src, "r");
+    if (!fp)
+        die(src);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    cJSON *c = cJSON_Parse(buf);
+    if (!c)
+        die("config.json is not JSON");
+    cJSON_ReplaceItemInObject(c, "num_hidden_layers", cJSON_CreateNumber(1));
+    cJSON_ReplaceItemInObject(c, "n_routed_experts", cJSON_CreateNumber(n_experts));
+    cJSON_ReplaceItemInObject(c, "num_hash_layers", cJSON_CreateNumber(0));
+    int ratios[2] = { 0, 0 };
+    cJSON_ReplaceItemInObject(c, "compress_ratios", cJSON_CreateIntArray(ratios, 2));
+    char *text = cJSON_Print(c);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    fp = fopen(path, "w");
+    if (!fp || fputs(text, fp) < 0 || fclose(fp))
+        die(path);
+    free(text);
+    cJSON_Delete(c);
+}
+
+static uint64_t write_shard(const char *dir, int n_experts)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    cJSON *h = cJSON_CreateObject();
+    uint64_t off = 0;
+    for (int e = 0; e < n_experts; e++)
+        for (int p = 0; p < 6; p++) {
+            char name[128];
+            snprintf(name, sizeof(name), "layers.0.ffn.experts.%d.%s", e, parts[p].name);
+            cJSON *t = cJSON_AddObjectToObject(h, name);
+            cJSON_AddStringToObject(t, "dtype", parts[p].dtype);
+            double shape[2] = { (double)parts[p].rows, (double)parts[p].cols };
+            cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, 2));
+            uint64_t nb = parts[p].rows * parts[p].cols;
+            double offs[2] = { (double)off, (double)(off + nb) };
+            cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+            off += nb;
+        }
+    char *text = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    uint64_t hlen = strlen(text), total = 8 + hlen + off;
+    struct stat st;
+    if (stat(path, &st) == 0 && (uint64_t)st.st_size == total) {
+        free(text);
+        return total;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        die(path);
+    if (write(fd, &hlen, 8) != 8 || write(fd, text, hlen) != (ssize_t)hlen)
+        die(path);
+    free(text);
+    size_t blk = 8u << 20;
+    uint64_t *buf = dsv4_xmalloc(blk), x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t done = 0; done < off;) {
+        for (size_t i = 0; i < blk / 8; i++) { /* xorshift64: incompressible, cheap */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            buf[i] = x;
+        }
+        size_t n = (size_t)DSV4_MIN((uint64_t)blk, off - done);
+        if (write(fd, buf, n) != (ssize_t)n)
+            die(path);
+        done += n;
+    }
+    free(buf);
+    if (fsync(fd) < 0 || close(fd) < 0)
+        die(path);
+    return total;
+}
+
+static void drop_cache(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+}
+
+/* Sequential O_DIRECT read of the whole file, `qd` chunks in flight; returns seconds. */
+static double raw_read(const char *dir, uint64_t size, uint32_t qd, uint32_t chunk)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    int fd = open(path, O_RDONLY | O_DIRECT);
+    if (fd < 0)
+        die(path);
+    uint8_t *buf = dsv4_xaligned_alloc(1 << 21, (size_t)qd * chunk);
+    struct iovec iov = { buf, (size_t)qd * chunk };
+    dsv4_fio *io;
+    dsv4_fio_open(DSV4_FIO_URING, qd, &iov, 1, &io, NULL);
+    uint64_t t0 = dsv4_now_ns(), next = 0, done = 0;
+    uint32_t slot = 0;
+    struct dsv4_fio_done d[64];
+    while (done < size) {
+        while (next < size && dsv4_fio_in_flight(io) < qd) {
+            dsv4_fio_read(io, fd, buf + (size_t)(slot % qd) * chunk, chunk, next, 0, next);
+            slot++;
+            next += chunk;
+        }
+        int n = dsv4_fio_reap(io, d, 64, 1000000000);
+        for (int i = 0; i < n; i++) {
+            if (d[i].res < 0) {
+                errno = (int)-d[i].res;
+                die("raw read");
+            }
+            done += d[i].res < chunk ? size - d[i].tag : (uint64_t)d[i].res;
+        }
+    }
+    double s = (double)(dsv4_now_ns() - t0) / 1e9;
+    dsv4_fio_free(io);
+    free(buf);
+    close(fd);
+    return s;
+}
+
+struct runner {
+    dsv4_fetcher *f;
+    pthread_t th;
+    dsv4_fetcher_client *c;
+    char run_dir[64];
+};
+
+static void *run_thread(void *arg)
+{
+    dsv4_fetcher_run(arg);
+    return NULL;
+}
+
+static void start(struct runner *r, const char *dir, uint32_t slots, uint32_t qd, uint32_t chunk)
+{
+    snprintf(r->run_dir, sizeof(r->run_dir), "/tmp/dsv4-bf-XXXXXX");
+    if (!mkdtemp(r->run_dir))
+        die("mkdtemp");
+    struct dsv4_fetcher_opts o = { .model_dir = dir, .run_dir = r->run_dir, .n_slots = slots,
+                                   .queue_depth = qd, .chunk_bytes = chunk, .numa = true };
+    struct dsv4_err err;
+    if (dsv4_fetcher_open(&o, &r->f, &err) < 0) {
+        fprintf(stderr, "bench-fetcher: %s\n", err.msg);
+        exit(1);
+    }
+    pthread_create(&r->th, NULL, run_thread, r->f);
+    if (dsv4_fetcher_client_open(r->run_dir, 10000, &r->c, &err) < 0) {
+        fprintf(stderr, "bench-fetcher: %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static void stop(struct runner *r)
+{
+    dsv4_fetcher_stop(r->f);
+    pthread_join(r->th, NULL);
+    dsv4_fetcher_free(r->f, true);
+    dsv4_fetcher_client_free(r->c);
+    char p[128];
+    snprintf(p, sizeof(p), "%s/fetcher-hot.json", r->run_dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/fetcher.lock", r->run_dir);
+    unlink(p);
+    rmdir(r->run_dir);
+}
+
+/* Every expert once, random order, `batch` per acquire; returns seconds. */
+static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed)
+{
+    int *order = dsv4_xmalloc((size_t)n_experts * sizeof(int));
+    for (int i = 0; i < n_experts; i++)
+        order[i] = i;
+    for (int i = n_experts - 1; i > 0; i--) {
+        int j = rand_r(&seed) % (i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+    const struct dsv4_fetcher_expert *v[8];
+    struct dsv4_err err;
+    uint64_t t0 = dsv4_now_ns();
+    for (int i = 0; i < n_experts; i += batch) {
+        int n = DSV4_MIN(batch, n_experts - i);
+        if (dsv4_fetcher_client_acquire(r->c, 0, order + i, n, v, &err) < 0) {
+            fprintf(stderr, "bench-fetcher: %s\n", err.msg);
+            exit(1);
+        }
+        dsv4_fetcher_client_release(r->c, 0, order + i, n);
+    }
+    double s = (double)(dsv4_now_ns() - t0) / 1e9;
+    free(order);
+    return s;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void hardware_line(const char *dir)
+{
+    char model[512] = "?", line[512];
+    FILE *fp = fopen("/proc/cpuinfo", "r");
+    while (fp && fgets(line, sizeof(line), fp))
+        if (!strncmp(line, "model name", 10)) {
+            char *c = strchr(line, ':');
+            snprintf(model, sizeof(model), "%s", c ? c + 2 : line);
+            model[strcspn(model, "\n")] = 0;
+            break;
+        }
+    if (fp)
+        fclose(fp);
+    struct utsname u;
+    uname(&u);
+    printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run)\n",
+           model, sysconf(_SC_NPROCESSORS_ONLN), u.release, dir);
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL, *dir = "/tmp/dsv4-bench-fetcher";
+    int n_experts = 64, runs = 3;
+    uint32_t slots = 16, qd = 16, chunk = 1u << 20;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--config"))
+            config = argv[i + 1];
+        else if (!strcmp(argv[i], "--dir"))
+            dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--experts"))
+            n_experts = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--slots"))
+            slots = (uint32_t)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--queue-depth"))
+            qd = (uint32_t)atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--chunk-kib"))
+            chunk = (uint32_t)atoi(argv[i + 1]) * 1024;
+        else if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[i + 1]);
+    }
+    if (!config) {
+        fprintf(stderr, "usage: bench-fetcher --config FLASH_CONFIG.json [--dir D] [--experts N] "
+                        "[--slots N] [--queue-depth N] [--chunk-kib N] [--runs N]\n");
+        return 64;
+    }
+    mkdir(dir, 0755);
+    write_config(config, dir, n_experts);
+    uint64_t size = write_shard(dir, n_experts);
+    uint64_t per = 0;
+    for (int p = 0; p < 6; p++)
+        per += parts[p].rows * parts[p].cols;
+    hardware_line(dir);
+    printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk %u "
+           "KiB\n", n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd,
+           chunk >> 10);
+    printf("%-4s %9s %20s %9s %20s %7s %7s\n", "run", "raw GB/s", "1/acq: exp/s  GB/s",
+           "raw GB/s", "6/acq: exp/s  GB/s", "ratio1", "ratio6");
+    double best1 = 0, best6 = 0, bestraw = 0;
+    double *r1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *r6 = dsv4_xcalloc((size_t)runs, sizeof(double));
+    for (int r = 0; r < runs; r++) {
+        /* The disk is shared and its speed drifts: each fetch pass is compared with the
+         * faster of the raw reads taken just before and just after it. */
+        struct runner rr;
+        drop_cache(dir);
+        double raw1 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
+        start(&rr, dir, slots, qd, chunk);
+        if (r == 0)
+            printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
+        double t1 = fetch_all(&rr, n_experts, 1, 11u + (unsigned)r);
+        stop(&rr);
+        raw1 = DSV4_MAX(raw1, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
+        drop_cache(dir);
+        double raw6 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
+        start(&rr, dir, slots, qd, chunk);
+        double t6 = fetch_all(&rr, n_experts, 6, 23u + (unsigned)r);
+        stop(&rr);
+        raw6 = DSV4_MAX(raw6, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
+        double g1 = (double)n_experts * (double)per / 1e9 / t1;
+        double g6 = (double)n_experts * (double)per / 1e9 / t6;
+        r1[r] = g1 / raw1;
+        r6[r] = g6 / raw6;
+        printf("%-4d %9.2f %10.1f %9.2f %9.2f %10.1f %9.2f %7.2f %7.2f\n", r, raw1, n_experts / t1,
+               g1, raw6, n_experts / t6, g6, r1[r], r6[r]);
+        bestraw = DSV4_MAX(bestraw, DSV4_MAX(raw1, raw6));
+        best1 = DSV4_MAX(best1, g1);
+        best6 = DSV4_MAX(best6, g6);
+    }
+    qsort(r1, (size_t)runs, sizeof(double), cmp_double);
+    qsort(r6, (size_t)runs, sizeof(double), cmp_double);
+    printf("median ratio: %.2f one expert per acquire, %.2f six per acquire; best: raw %.2f GB/s, "
+           "fetcher %.2f / %.2f GB/s (best/best %.2f / %.2f); goal >= 0.9\n", r1[runs / 2],
+           r6[runs / 2], bestraw, best1, best6, best1 / bestraw, best6 / bestraw);
+    free(r1);
+    free(r6);
+
+    /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
+    struct runner rr;
+    start(&rr, dir, slots, qd, chunk);
+    int id = 0;
+    const struct dsv4_fetcher_expert *v;
+    dsv4_fetcher_client_acquire(rr.c, 0, &id, 1, &v, NULL);
+    dsv4_fetcher_client_release(rr.c, 0, &id, 1);
+    int iters = 1000000;
+    uint64_t t0 = dsv4_now_ns();
+    for (int i = 0; i < iters; i++) {
+        dsv4_fetcher_client_acquire(rr.c, 0, &id, 1, &v, NULL);
+        dsv4_fetcher_client_release(rr.c, 0, &id, 1);
+    }
+    double ns = (double)(dsv4_now_ns() - t0) / iters;
+    printf("cache hit (acquire + release of one cached expert): %.0f ns\n", ns);
+    stop(&rr);
+    return 0;
+}
