@@ -13,11 +13,16 @@
 
 static const struct dsv4ctl_command commands[] = {
     { "version", dsv4ctl_version, "print the version" },
-    { "run", dsv4ctl_run, "generate from token ids in-process (--format ids)" },
-    { "score", dsv4ctl_score, "teacher-forced argmax and log-probabilities (--format tsv)" },
+    { "run", dsv4ctl_run, "generate in-process from text or token ids (--format text|ids)" },
+    { "score", dsv4ctl_score_any,
+      "teacher-forced argmax and log-probabilities (--format tsv; --model: in-process, else the daemons)" },
     { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
     { "tokenize", dsv4ctl_tokenize, "print the token ids of a text" },
     { "detokenize", dsv4ctl_detokenize, "print the text of token ids" },
+    { "start", dsv4ctl_start, "start the daemon set (supervisor) and wait until it serves" },
+    { "stop", dsv4ctl_stop, "stop the daemon set" },
+    { "status", dsv4ctl_status, "daemons, restarts, memory, queue depth (--json)" },
+    { "gen", dsv4ctl_gen, "generate through the daemons (streaming)" },
 };
 
 int dsv4ctl_version(int argc, char **argv)

@@ -31,3 +31,8 @@ int dsv4ctl_score(int argc, char **argv);
 int dsv4ctl_inspect(int argc, char **argv);
 int dsv4ctl_tokenize(int argc, char **argv);
 int dsv4ctl_detokenize(int argc, char **argv);
+int dsv4ctl_start(int argc, char **argv);
+int dsv4ctl_stop(int argc, char **argv);
+int dsv4ctl_status(int argc, char **argv);
+int dsv4ctl_gen(int argc, char **argv);
+int dsv4ctl_score_any(int argc, char **argv);

@@ -1,0 +1,392 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dsv4-compute: holds the model's resident weights (loaded once) and the
+ * sequence sessions, and executes the scheduler's commands on them:
+ * SESSION_OPEN/CLOSE, FORWARD (a batch of consecutive (token, position)
+ * rows, answered with per-row argmax / target log-prob / top-k and, on
+ * request, the last row's logits), SNAPSHOT and ROLLBACK. It keeps no
+ * request state: after a restart the scheduler replays each sequence.
+ * One thread drives the loop; the engine's pool does the math.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "daemon.h"
+#include "config.h"
+#include "engine.h"
+#include "fetcher_client.h"
+#include "log.h"
+
+#define MAX_SESSIONS 64
+#define MAX_ALL_ROWS 256        /* rows with full logits per FORWARD */
+
+struct slot {
+    uint64_t id;
+    dsv4_session *s;
+};
+
+/*
+ * The fetcher's expert cache as the engine's provider: a lease from the
+ * fetcher client is a view into the shared segment; the engine wants
+ * dsv4_expert_weights, so each (layer, expert) gets a stable entry here
+ * (rewritten by every acquire, valid until the matching release).
+ */
+struct fetched {
+    dsv4_fetcher_client *client;
+    int n_experts;
+    struct dsv4_expert_weights *store;  /* [n_layers * n_experts] */
+};
+
+static int fetched_acquire(void *ctx, int layer, const int *ids, int n,
+                           const struct dsv4_expert_weights **ret, struct dsv4_err *err)
+{
+    struct fetched *f = ctx;
+    const struct dsv4_fetcher_expert *v[512];
+    if (n > (int)DSV4_ARRAY_SIZE(v))
+        return dsv4_errf(err, -E2BIG, "layer %d: %d experts in one lease", layer, n);
+    int r = dsv4_fetcher_client_acquire(f->client, layer, ids, n, v, err);
+    if (r < 0)
+        return r;
+    for (int i = 0; i < n; i++) {
+        struct dsv4_expert_weights *w = &f->store[(size_t)layer * f->n_experts + ids[i]];
+        *w = (struct dsv4_expert_weights){ v[i]->w1, v[i]->w3, v[i]->w2 };
+        ret[i] = w;
+    }
+    return 0;
+}
+
+static void fetched_release(void *ctx, int layer, const int *ids, int n)
+{
+    struct fetched *f = ctx;
+    dsv4_fetcher_client_release(f->client, layer, ids, n);
+}
+
+struct compute {
+    struct dsv4_daemon d;
+    struct fetched fetched;
+    dsv4_engine *e;
+    void *router;
+    struct slot slots[MAX_SESSIONS];
+    int vocab;
+    int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
+    float *logits;
+    size_t logits_cap;
+    struct dsv4_zin in;
+    struct dsv4_wire_buf out;
+};
+
+static void reply(struct compute *c)
+{
+    int r = dsv4_zsend(c->router, c->in.rid, c->in.rid_len, &c->out, 1);
+    if (r < 0)
+        dsv4_log_warn("compute", "reply dropped: %s", zmq_strerror(-r));
+}
+
+static void reply_error(struct compute *c, uint64_t id, int code, const char *text)
+{
+    dsv4_wire_error(&c->out, id, code, text);
+    reply(c);
+}
+
+static struct slot *find(struct compute *c, uint64_t id)
+{
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (c->slots[i].s && c->slots[i].id == id)
+            return &c->slots[i];
+    return NULL;
+}
+
+static void ack(struct compute *c, uint64_t seq, uint64_t session, int64_t pos)
+{
+    struct dsv4_msg_ack a = { seq, session, pos };
+    dsv4_wire_simple(&c->out, DSV4_MSG_ACK, &a, sizeof(a));
+    reply(c);
+}
+
+static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
+{
+    struct slot *sl = find(c, m->session);
+    if (sl) {   /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
+        sl->s = dsv4_session_free(sl->s);
+        atomic_fetch_sub(&c->d.stats->sessions_open, 1);
+    }
+    for (int i = 0; !sl && i < MAX_SESSIONS; i++)
+        if (!c->slots[i].s)
+            sl = &c->slots[i];
+    if (!sl) {
+        reply_error(c, m->seq, DSV4_WE_BUSY, "all session slots in use");
+        return;
+    }
+    struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
+    struct dsv4_err err;
+    if (dsv4_session_new(c->e, &o, &sl->s, &err) < 0) {
+        reply_error(c, m->seq, DSV4_WE_INVALID, err.msg);
+        return;
+    }
+    sl->id = m->session;
+    atomic_fetch_add(&c->d.stats->sessions_open, 1);
+    ack(c, m->seq, m->session, 0);
+}
+
+static void do_forward(struct compute *c, const struct dsv4_msg *msg)
+{
+    const struct dsv4_msg_forward *m = msg->body;
+    const struct dsv4_wire_fwd_in *rows = msg->tail;
+    struct slot *sl = find(c, m->session);
+    if (!sl) {
+        reply_error(c, m->seq, DSV4_WE_NOSESSION, "no such session");
+        return;
+    }
+    int64_t pos = dsv4_session_pos(sl->s);
+    if (rows[0].pos != pos) {
+        char t[96];
+        snprintf(t, sizeof(t), "rows start at %lld, session is at %lld", (long long)rows[0].pos,
+                 (long long)pos);
+        reply_error(c, m->seq, DSV4_WE_RANGE, t);
+        return;
+    }
+    bool all = m->flags & DSV4_FWD_ALL_ROWS;
+    uint32_t n = m->n_rows;
+    if (all && n > MAX_ALL_ROWS) {
+        reply_error(c, m->seq, DSV4_WE_RANGE, "too many rows with results (max 256)");
+        return;
+    }
+    int32_t *toks = dsv4_xmalloc(n * sizeof(int32_t));
+    for (uint32_t i = 0; i < n; i++) {
+        if (rows[i].token >= c->vocab || rows[i].target >= c->vocab) {
+            free(toks);
+            reply_error(c, m->seq, DSV4_WE_INVALID, "token outside the vocabulary");
+            return;
+        }
+        toks[i] = rows[i].token;
+    }
+    size_t need = (size_t)(all ? n : 1) * c->vocab;
+    if (need > c->logits_cap) {
+        free(c->logits);
+        c->logits = dsv4_xmalloc(need * sizeof(float));
+        c->logits_cap = need;
+    }
+    if (c->delay_ms)
+        usleep((useconds_t)c->delay_ms * 1000);
+    struct dsv4_err err;
+    int r = dsv4_session_forward(sl->s, toks, (int)n, all ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST,
+                                 c->logits, &err);
+    free(toks);
+    if (r < 0) {
+        reply_error(c, m->seq, r == -ERANGE ? DSV4_WE_RANGE : DSV4_WE_INTERNAL, err.msg);
+        return;
+    }
+    atomic_fetch_add_explicit(&c->d.stats->forward_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->d.stats->forward_rows, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+    uint32_t nr = all ? n : 1, k = DSV4_MIN(m->top_k, (uint32_t)c->vocab);
+    struct dsv4_msg_forward_result res = { m->seq, m->session, dsv4_session_pos(sl->s), nr, k,
+                                           (m->flags & DSV4_FWD_LOGITS) ? (uint32_t)c->vocab : 0,
+                                           0 };
+    dsv4_wire_begin(&c->out, DSV4_MSG_FORWARD_RESULT);
+    dsv4_wire_put(&c->out, &res, sizeof(res));
+    for (uint32_t i = 0; i < nr; i++) {
+        const float *lg = c->logits + (size_t)i * c->vocab;
+        int32_t target = rows[all ? i : n - 1].target;
+        struct dsv4_wire_row row = { dsv4_argmax(lg, c->vocab), target >= 0, 0.0 };
+        if (target >= 0)
+            row.logprob = DSV4_MIN(0.0, dsv4_log_softmax_at(lg, c->vocab, target));
+        dsv4_wire_put(&c->out, &row, sizeof(row));
+    }
+    for (uint32_t i = 0; i < nr && k; i++) {
+        /* top-k by repeated selection (k <= 64): ties to the lower id like dsv4_argmax */
+        const float *lg = c->logits + (size_t)i * c->vocab;
+        int32_t taken[DSV4_WIRE_MAX_TOPK];
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (int v = 0; v < c->vocab; v++) {
+                bool used = false;
+                for (uint32_t q = 0; q < j && !used; q++)
+                    used = taken[q] == v;
+                if (!used && (best < 0 || lg[v] > lg[best]))
+                    best = v;
+            }
+            taken[j] = best;
+            struct dsv4_wire_topk t = { best,
+                                        (float)DSV4_MIN(0.0, dsv4_log_softmax_at(lg, c->vocab, best)) };
+            dsv4_wire_put(&c->out, &t, sizeof(t));
+        }
+    }
+    if (res.n_logits)
+        dsv4_wire_put(&c->out, c->logits + (size_t)(nr - 1) * c->vocab,
+                      (size_t)c->vocab * sizeof(float));
+    dsv4_wire_finish(&c->out);
+    reply(c);
+}
+
+static void handle(struct compute *c)
+{
+    struct dsv4_msg m;
+    struct dsv4_err err;
+    int errc;
+    if (dsv4_wire_decode(c->in.buf, c->in.len, &m, &errc, &err)) {
+        dsv4_daemon_bad_message(&c->d, "scheduler socket", err.msg);
+        reply_error(c, 0, errc, err.msg);
+        return;
+    }
+    switch (m.type) {
+    case DSV4_MSG_SESSION_OPEN:
+        do_open(c, m.body);
+        break;
+    case DSV4_MSG_SESSION_CLOSE: {
+        const struct dsv4_msg_session_ref *b = m.body;
+        struct slot *sl = find(c, b->session);
+        if (sl) {
+            sl->s = dsv4_session_free(sl->s);
+            atomic_fetch_sub(&c->d.stats->sessions_open, 1);
+        }
+        ack(c, b->seq, b->session, 0);
+        break;
+    }
+    case DSV4_MSG_FORWARD:
+        do_forward(c, &m);
+        break;
+    case DSV4_MSG_SNAPSHOT: {
+        const struct dsv4_msg_session_ref *b = m.body;
+        struct slot *sl = find(c, b->session);
+        if (!sl) {
+            reply_error(c, b->seq, DSV4_WE_NOSESSION, "no such session");
+            break;
+        }
+        dsv4_session_snapshot(sl->s);
+        ack(c, b->seq, b->session, dsv4_session_pos(sl->s));
+        break;
+    }
+    case DSV4_MSG_ROLLBACK: {
+        const struct dsv4_msg_rollback *b = m.body;
+        struct slot *sl = find(c, b->session);
+        if (!sl) {
+            reply_error(c, b->seq, DSV4_WE_NOSESSION, "no such session");
+            break;
+        }
+        if (dsv4_session_rollback(sl->s, b->pos, &err) < 0)
+            reply_error(c, b->seq, DSV4_WE_RANGE, err.msg);
+        else
+            ack(c, b->seq, b->session, dsv4_session_pos(sl->s));
+        break;
+    }
+    default:
+        dsv4_daemon_bad_message(&c->d, "scheduler socket", dsv4_wire_type_name(m.type));
+        reply_error(c, 0, DSV4_WE_PROTO, "message type not served by compute");
+    }
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N]\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "model", required_argument, NULL, 'm' },
+        { "run-dir", required_argument, NULL, 'r' },
+        { "threads", required_argument, NULL, 't' },
+        { "memory-gb", required_argument, NULL, 'g' },
+        { "fetcher", no_argument, NULL, 'F' },
+        { 0 },
+    };
+    const char *model = NULL, *run_dir = NULL;
+    int threads = 1, o;
+    double mem_gb = 0;
+    bool fetcher = false;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'r': run_dir = optarg; break;
+        case 't': threads = atoi(optarg); break;
+        case 'g': mem_gb = atof(optarg); break;
+        case 'F': fetcher = true; break;
+        default: usage(); return 64;
+        }
+    }
+    if (!model) {
+        usage();
+        return 64;
+    }
+    static struct compute c;
+    struct dsv4_err err;
+    if (dsv4_daemon_init(&c.d, DSV4_ROLE_COMPUTE, run_dir, &err) < 0) {
+        dsv4_log_error("compute", "%s", err.msg);
+        return 71;
+    }
+    const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
+    c.delay_ms = delay ? atoi(delay) : 0;
+    struct dsv4_engine_opts eo = { .n_threads = threads,
+                                   .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)) };
+    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
+    if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
+        struct dsv4_config cfg;
+        if (dsv4_config_load(model, &cfg, &err) < 0) {
+            dsv4_log_error("compute", "%s", err.msg);
+            return 78;
+        }
+        if (dsv4_fetcher_client_open(c.d.run_dir, 0, &c.fetched.client, &err) < 0) {
+            dsv4_log_error("compute", "expert cache: %s", err.msg);
+            return 69;
+        }
+        c.fetched.n_experts = cfg.n_routed_experts;
+        c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
+                                       sizeof(*c.fetched.store));
+        eo.experts = &prov;
+        dsv4_log_info("compute", "routed experts from the fetcher's cache");
+    }
+    if (dsv4_engine_open(model, &eo, &c.e, &err) < 0) {
+        dsv4_log_error("compute", "%s", err.msg);
+        dsv4_daemon_fini(&c.d);
+        return 78;      /* EX_CONFIG: a bad model is not fixed by respawning */
+    }
+    c.vocab = dsv4_engine_config(c.e)->vocab_size;
+    char ep[DSV4_PATH_MAX];
+    if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
+        dsv4_log_error("compute", "%s", err.msg);
+        return 78;
+    }
+    c.router = dsv4_zsock(c.d.zctx, ZMQ_ROUTER, NULL);
+    if (zmq_bind(c.router, ep) < 0) {
+        dsv4_log_error("compute", "bind %s: %s", ep, zmq_strerror(errno));
+        return 71;
+    }
+    atomic_store(&c.d.stats->sessions_open, 0);
+    dsv4_daemon_ready(&c.d);
+    while (!c.d.stop) {
+        zmq_pollitem_t it[3];
+        dsv4_daemon_poll_items(&c.d, it);
+        it[2] = (zmq_pollitem_t){ c.router, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll(it, 3, 1000) < 0 && errno != EINTR)
+            break;
+        dsv4_daemon_handle(&c.d, it);
+        if (it[2].revents & ZMQ_POLLIN) {
+            int r;
+            while ((r = dsv4_zrecv(c.router, &c.in, 1, 1)) != -EAGAIN) {
+                if (r < 0)
+                    dsv4_daemon_bad_message(&c.d, "scheduler socket", "framing");
+                else
+                    handle(&c);
+            }
+        }
+    }
+    dsv4_log_info("compute", "stopping");
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        dsv4_session_free(c.slots[i].s);
+    zmq_close(c.router);
+    dsv4_daemon_fini(&c.d);
+    dsv4_engine_free(c.e);
+    dsv4_fetcher_client_free(c.fetched.client);
+    free(c.fetched.store);
+    free(c.logits);
+    dsv4_zin_free(&c.in);
+    dsv4_wire_buf_free(&c.out);
+    return 0;
+}

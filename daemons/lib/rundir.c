@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Run directory resolution and creation, socket endpoints, stats pages
+ * (rundir.h). Stats pages are named POSIX shm so a reader needs only the
+ * run directory, and the supervisor creates them before any daemon starts.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dsv4_wire.h"
+#include "rundir.h"
+
+void dsv4_rundir_resolve(const char *arg, char *out)
+{
+    const char *env = getenv("DSV4_RUN_DIR"), *xdg = getenv("XDG_RUNTIME_DIR");
+    if (arg && *arg)
+        snprintf(out, DSV4_PATH_MAX, "%s", arg);
+    else if (env && *env)
+        snprintf(out, DSV4_PATH_MAX, "%s", env);
+    else if (xdg && *xdg)
+        snprintf(out, DSV4_PATH_MAX, "%s/dsv4", xdg);
+    else
+        snprintf(out, DSV4_PATH_MAX, "/tmp/dsv4-%u", (unsigned)getuid());
+}
+
+int dsv4_rundir_create(const char *dir, struct dsv4_err *err)
+{
+    char tmp[DSV4_PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s", dir);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0700) < 0 && errno != EEXIST)
+            return dsv4_errf(err, -errno, "%s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return dsv4_errf(err, -errno, "%s: %s", dir, strerror(errno));
+    struct stat st;
+    if (lstat(dir, &st) < 0)
+        return dsv4_errf(err, -errno, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return dsv4_errf(err, -ENOTDIR, "%s: not a directory (symlinks refused)", dir);
+    if (st.st_uid != getuid())
+        return dsv4_errf(err, -EPERM, "%s: owned by uid %u, not us", dir, (unsigned)st.st_uid);
+    if ((st.st_mode & 077) && chmod(dir, 0700) < 0)
+        return dsv4_errf(err, -errno, "%s: chmod 0700: %s", dir, strerror(errno));
+    return 0;
+}
+
+int dsv4_rundir_endpoint(const char *dir, const char *name, char *out, struct dsv4_err *err)
+{
+    int n = snprintf(out, DSV4_PATH_MAX, "ipc://%s/%s.sock", dir, name);
+    if (n - 6 > 107)
+        return dsv4_errf(err, -ENAMETOOLONG,
+                         "%s/%s.sock: %d bytes, ipc sockets allow 107 (use a shorter --run-dir)",
+                         dir, name, n - 6);
+    return 0;
+}
+
+void dsv4_stats_name(const char *dir, int role, char *out, size_t n)
+{
+    char real[PATH_MAX];
+    const char *p = realpath(dir, real) ? real : dir;
+    uint64_t h = 0xcbf29ce484222325ull;     /* FNV-1a */
+    for (; *p; p++)
+        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+    snprintf(out, n, "/dsv4-%u-%016llx-%s", (unsigned)getuid(), (unsigned long long)h,
+             dsv4_role_name(role));
+}
+
+static int map_fd(int fd, bool writable, struct dsv4_stats_shm **ret, const char *name,
+                  struct dsv4_err *err)
+{
+    void *p = mmap(NULL, sizeof(struct dsv4_stats_shm), PROT_READ | (writable ? PROT_WRITE : 0),
+                   MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        return dsv4_errf(err, -errno, "mmap %s: %s", name, strerror(errno));
+    *ret = p;
+    return 0;
+}
+
+static bool layout_ok(const struct dsv4_stats_shm *s)
+{
+    return s->hdr.magic == DSV4_SHM_MAGIC && s->hdr.abi_major == DSV4_STATS_ABI_MAJOR &&
+           s->hdr.kind == DSV4_SHM_KIND_STATS && s->hdr.size == sizeof(*s);
+}
+
+int dsv4_stats_create(const char *dir, int role, struct dsv4_stats_shm **ret,
+                      struct dsv4_err *err)
+{
+    char name[128];
+    dsv4_stats_name(dir, role, name, sizeof(name));
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return dsv4_errf(err, -errno, "shm_open %s: %s", name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || (st.st_size != 0 && st.st_size != sizeof(**ret)) ||
+        ftruncate(fd, sizeof(**ret)) < 0) {
+        close(fd);
+        return dsv4_errf(err, -EINVAL, "%s: existing segment of another size", name);
+    }
+    int r = map_fd(fd, true, ret, name, err);
+    close(fd);
+    if (r)
+        return r;
+    struct dsv4_stats_shm *s = *ret;
+    if (!layout_ok(s)) {
+        memset(s, 0, sizeof(*s));
+        s->hdr.magic = DSV4_SHM_MAGIC;
+        s->hdr.abi_major = DSV4_STATS_ABI_MAJOR;
+        s->hdr.abi_minor = DSV4_STATS_ABI_MINOR;
+        s->hdr.hdr_size = sizeof(s->hdr);
+        s->hdr.kind = DSV4_SHM_KIND_STATS;
+        s->hdr.size = sizeof(*s);
+    }
+    return 0;
+}
+
+int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_shm **ret,
+                   struct dsv4_err *err)
+{
+    char name[128];
+    dsv4_stats_name(dir, role, name, sizeof(name));
+    int fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+    if (fd < 0)
+        return dsv4_errf(err, -errno, "shm_open %s: %s", name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0 || st.st_size != sizeof(**ret)) {
+        close(fd);
+        return dsv4_errf(err, -EINVAL, "%s: not a stats page of this build", name);
+    }
+    int r = map_fd(fd, writable, ret, name, err);
+    close(fd);
+    if (r == 0 && !layout_ok(*ret)) {
+        dsv4_stats_unmap(*ret);
+        return dsv4_errf(err, -EPROTO, "%s: stats layout of another version", name);
+    }
+    return r;
+}
+
+void dsv4_stats_unmap(struct dsv4_stats_shm *s)
+{
+    if (s)
+        munmap(s, sizeof(*s));
+}
+
+void dsv4_stats_unlink(const char *dir, int role)
+{
+    char name[128];
+    dsv4_stats_name(dir, role, name, sizeof(name));
+    shm_unlink(name);
+}
+
+void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us)
+{
+    static const uint64_t bounds[] = DSV4_HIST_BOUNDS_US;
+    size_t i = 0;
+    while (i < DSV4_ARRAY_SIZE(bounds) && us > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+}
+
+int dsv4_rundir_supervisor_pid(const char *dir)
+{
+    char path[DSV4_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/supervisor.lock", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int pid = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+        char buf[32] = { 0 };
+        if (pread(fd, buf, sizeof(buf) - 1, 0) > 0)
+            pid = atoi(buf);
+        if (pid <= 0)
+            pid = -1;   /* held, pid not written yet */
+    }
+    close(fd);
+    return pid;
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The run directory: where the supervisor's lock and pid file, the daemons'
+ * logs and the ipc:// sockets live, and what names the stats pages. One
+ * resolution rule for every process: --run-dir, else $DSV4_RUN_DIR, else
+ * $XDG_RUNTIME_DIR/dsv4, else /tmp/dsv4-$UID. Mode 0700, owned by us.
+ */
+#pragma once
+
+#include <stdbool.h>
+
+#include "dsv4_stats.h"
+#include "err.h"
+
+#define DSV4_PATH_MAX 256
+
+/* Resolve (arg may be NULL) into out[DSV4_PATH_MAX]; no filesystem access. */
+void dsv4_rundir_resolve(const char *arg, char *out);
+/* Create it (and parents) mode 0700; refuse a symlink, another owner or group/other access. */
+int dsv4_rundir_create(const char *dir, struct dsv4_err *err);
+/* "ipc://DIR/NAME.sock" into out; -ENAMETOOLONG past the 107-byte ipc limit. */
+int dsv4_rundir_endpoint(const char *dir, const char *name, char *out, struct dsv4_err *err);
+/* The POSIX shm name of a role's stats page: "/dsv4-<uid>-<hash(dir)>-<role>". */
+void dsv4_stats_name(const char *dir, int role, char *out, size_t n);
+/* Create (supervisor; zeroed if new, kept if it exists with our layout) or map. */
+int dsv4_stats_create(const char *dir, int role, struct dsv4_stats_shm **ret,
+                      struct dsv4_err *err);
+int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_shm **ret,
+                   struct dsv4_err *err);
+void dsv4_stats_unmap(struct dsv4_stats_shm *s);
+void dsv4_stats_unlink(const char *dir, int role);
+void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us);
+/* Pid of the live supervisor holding DIR/supervisor.lock, or 0. */
+int dsv4_rundir_supervisor_pid(const char *dir);

@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dsv4-scheduler: the clients' endpoint. It admits GENERATE and SCORE
+ * requests into a bounded queue (ERROR busy when full), runs up to
+ * --max-active of them on compute sessions, samples, applies the stop
+ * conditions, streams TOKEN events and ends each request with DONE (or
+ * ERROR). Each request keeps its prompt and every generated token: the
+ * compute daemon holds no request state, so when it restarts (the
+ * supervisor's PEER_RESTARTED, or a NOSESSION error) the scheduler reopens
+ * the session and replays the sequence, and because sampling is a pure
+ * function of (seed, token index) the stream continues exactly as an
+ * uninterrupted run. A client that lost the scheduler itself resubmits with
+ * the tokens it has (n_done) and the stream resumes the same way.
+ *
+ * The step: one command to compute at a time (compute is one sequence
+ * engine); requests take turns. A generation step feeds the rows compute
+ * has not seen (the whole prompt after a replay, else the last token) and
+ * accepts tokens from the per-row results; with a drafter the rows will be
+ * the pending token plus the draft, answered with DSV4_FWD_ALL_ROWS, and
+ * accept() will keep the prefix that verification confirms (then ROLLBACK
+ * the rest).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "config.h"
+#include "daemon.h"
+#include "log.h"
+#include "sampling.h"
+#include "tokenizer.h"
+
+#define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive) */
+#define SCORE_ROWS 64           /* rows per FORWARD with every row's result */
+
+enum { R_FREE, R_QUEUED, R_ACTIVE };
+
+struct req {
+    int state;
+    int kind;                   /* DSV4_MSG_GENERATE or DSV4_MSG_SCORE */
+    uint64_t id, session, order;
+    unsigned char rid[256];
+    size_t rid_len;
+    struct dsv4_sampling sp;
+    int32_t *toks;              /* prompt, then generated tokens */
+    uint32_t n_prompt, n_tok, max_tokens, n_gen;
+    char *stop;
+    uint32_t n_stop;
+    bool opened, cancel;
+    int64_t cpos;               /* rows compute holds for this session */
+    uint64_t t_submit, t_last;
+    bool first_sent;
+};
+
+struct sched {
+    struct dsv4_daemon d;
+    void *clients, *compute;
+    dsv4_tokenizer *tok;
+    int eos, max_active, queue_cap;
+    struct req *reqs;
+    int n_reqs;                 /* slots = max_active + queue_cap */
+    uint64_t next_session, next_order, seq;
+    struct req *inflight;       /* request whose command is in flight (seq) */
+    uint64_t inflight_seq;
+    int rr;
+    struct dsv4_zin in;
+    struct dsv4_wire_buf out;
+};
+
+static void to_client(struct sched *s, struct req *r)
+{
+    int e = dsv4_zsend(s->clients, r->rid, r->rid_len, &s->out, 1);
+    if (e < 0)
+        dsv4_log_debug("scheduler", "req=%llu: client gone (%s)", (unsigned long long)r->id,
+                       zmq_strerror(-e));
+}
+
+static void client_error(struct sched *s, const unsigned char *rid, size_t rid_len, uint64_t id,
+                         int code, const char *text)
+{
+    dsv4_wire_error(&s->out, id, code, text);
+    dsv4_zsend(s->clients, rid, rid_len, &s->out, 1);
+}
+
+static void free_req(struct sched *s, struct req *r)
+{
+    if (r->opened) {    /* fire and forget: seq 0 never matches an in-flight command */
+        struct dsv4_msg_session_ref c = { 0, r->session };
+        dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_CLOSE, &c, sizeof(c));
+        dsv4_zsend(s->compute, NULL, 0, &s->out, 1);
+    }
+    if (s->inflight == r)
+        s->inflight = NULL;
+    free(r->toks);
+    free(r->stop);
+    memset(r, 0, sizeof(*r));
+}
+
+static void finish(struct sched *s, struct req *r, int reason)
+{
+    uint64_t now = dsv4_now_ns();
+    if (r->kind == DSV4_MSG_GENERATE) {
+        struct dsv4_msg_done d = { r->id, (uint32_t)reason, r->n_gen, r->n_prompt, 0 };
+        dsv4_wire_simple(&s->out, DSV4_MSG_DONE, &d, sizeof(d));
+    } else {
+        struct dsv4_msg_done d = { r->id, DSV4_DONE_LENGTH, 0, r->n_prompt, 0 };
+        dsv4_wire_simple(&s->out, DSV4_MSG_DONE, &d, sizeof(d));
+    }
+    to_client(s, r);
+    atomic_fetch_add(reason == DSV4_DONE_CANCELLED ? &s->d.stats->req_cancelled
+                                                   : &s->d.stats->req_ok, 1);
+    dsv4_hist_add(&s->d.stats->request, (now - r->t_submit) / 1000);
+    free_req(s, r);
+}
+
+static void fail(struct sched *s, struct req *r, int code, const char *text)
+{
+    dsv4_log_warn("scheduler", "req=%llu: %s", (unsigned long long)r->id, text);
+    dsv4_wire_error(&s->out, r->id, code, text);
+    to_client(s, r);
+    atomic_fetch_add(&s->d.stats->req_error, 1);
+    free_req(s, r);
+}
+
+/* Does the generated text contain one of the stop strings? */
+static bool hit_stop(struct sched *s, struct req *r)
+{
+    if (!r->n_stop || !s->tok)
+        return false;
+    char *text;
+    size_t len;
+    if (dsv4_tokenizer_decode(s->tok, (const uint32_t *)(r->toks + r->n_prompt), r->n_gen, false,
+                              &text, &len, NULL) < 0)
+        return false;
+    bool hit = false;
+    for (const char *p = r->stop; !hit && p < r->stop + r->n_stop; p += strlen(p) + 1)
+        hit = strstr(text, p) != NULL;
+    free(text);
+    return hit;
+}
+
+/* The stop condition after the last generated token, or -1 to continue. */
+static int stop_reason(struct sched *s, struct req *r)
+{
+    if (r->n_gen > 0 && r->toks[r->n_tok - 1] == s->eos)
+        return DSV4_DONE_EOS;
+    if (r->n_gen >= r->max_tokens)
+        return DSV4_DONE_LENGTH;
+    if (r->n_gen > 0 && hit_stop(s, r))
+        return DSV4_DONE_STOP;
+    return -1;
+}
+
+static void admit(struct sched *s, const struct dsv4_msg *m)
+{
+    uint64_t id = m->type == DSV4_MSG_GENERATE ? ((const struct dsv4_msg_generate *)m->body)->req_id
+                                               : ((const struct dsv4_msg_score *)m->body)->req_id;
+    for (int i = 0; i < s->n_reqs; i++)     /* a resubmission replaces the old one */
+        if (s->reqs[i].state != R_FREE && s->reqs[i].id == id)
+            free_req(s, &s->reqs[i]);
+    struct req *r = NULL;
+    for (int i = 0; i < s->n_reqs && !r; i++)
+        if (s->reqs[i].state == R_FREE)
+            r = &s->reqs[i];
+    if (!r) {
+        atomic_fetch_add(&s->d.stats->req_busy, 1);
+        client_error(s, s->in.rid, s->in.rid_len, id, DSV4_WE_BUSY, "busy: request queue full");
+        return;
+    }
+    memset(r, 0, sizeof(*r));
+    r->kind = m->type;
+    r->id = id;
+    memcpy(r->rid, s->in.rid, s->in.rid_len);
+    r->rid_len = s->in.rid_len;
+    r->t_submit = dsv4_now_ns();
+    r->session = ++s->next_session;
+    r->order = ++s->next_order;
+    if (m->type == DSV4_MSG_GENERATE) {
+        const struct dsv4_msg_generate *g = m->body;
+        if (g->n_stop_bytes && !s->tok) {
+            client_error(s, r->rid, r->rid_len, id, DSV4_WE_INVALID,
+                         "stop strings need the model's tokenizer");
+            return;
+        }
+        r->n_prompt = g->n_prompt;
+        r->n_gen = g->n_done;
+        r->n_tok = g->n_prompt + g->n_done;
+        r->max_tokens = (uint32_t)g->max_tokens;
+        r->toks = dsv4_xmalloc(((size_t)r->n_prompt + r->max_tokens + 1) * sizeof(int32_t));
+        memcpy(r->toks, m->tail, (size_t)r->n_tok * 4);
+        r->sp = (struct dsv4_sampling){ g->temperature, g->top_p, g->top_k, g->seed };
+        if (g->n_stop_bytes) {
+            r->stop = dsv4_xmalloc(g->n_stop_bytes);
+            memcpy(r->stop, (const char *)m->tail + (size_t)r->n_tok * 4, g->n_stop_bytes);
+            r->n_stop = g->n_stop_bytes;
+        }
+        r->first_sent = g->n_done > 0;
+    } else {
+        const struct dsv4_msg_score *sc = m->body;
+        r->n_prompt = r->n_tok = sc->n_tokens;
+        r->toks = dsv4_xmalloc((size_t)r->n_tok * sizeof(int32_t));
+        memcpy(r->toks, m->tail, (size_t)r->n_tok * 4);
+    }
+    r->state = R_QUEUED;
+    atomic_fetch_add(&s->d.stats->prompt_tokens, r->n_prompt);
+    dsv4_log_debug("scheduler", "req=%llu admitted (%u prompt tokens, %u done)",
+                   (unsigned long long)id, r->n_prompt, r->n_gen);
+    int reason = r->kind == DSV4_MSG_GENERATE ? stop_reason(s, r) : -1;
+    if (reason >= 0)    /* resumed request that had already finished */
+        finish(s, r, reason);
+}
+
+static void on_client(struct sched *s)
+{
+    struct dsv4_msg m;
+    struct dsv4_err err;
+    int errc;
+    if (dsv4_wire_decode(s->in.buf, s->in.len, &m, &errc, &err)) {
+        dsv4_daemon_bad_message(&s->d, "client", err.msg);
+        client_error(s, s->in.rid, s->in.rid_len, 0, errc, err.msg);
+        return;
+    }
+    if (m.type == DSV4_MSG_GENERATE || m.type == DSV4_MSG_SCORE) {
+        admit(s, &m);
+    } else if (m.type == DSV4_MSG_CANCEL) {
+        uint64_t id = ((const struct dsv4_msg_cancel *)m.body)->req_id;
+        for (int i = 0; i < s->n_reqs; i++)
+            if (s->reqs[i].state != R_FREE && s->reqs[i].id == id)
+                s->reqs[i].cancel = true;
+    } else {
+        dsv4_daemon_bad_message(&s->d, "client", dsv4_wire_type_name(m.type));
+        client_error(s, s->in.rid, s->in.rid_len, 0, DSV4_WE_PROTO,
+                     "message type not served by the scheduler");
+    }
+}
+
+/* Accept the tokens a FORWARD_RESULT decides (one per step until a drafter proposes more). */
+static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward_result *res,
+                   const struct dsv4_wire_row *rows, const float *logits)
+{
+    int32_t t = r->sp.temperature == 0.0 ? rows[res->n_rows - 1].argmax
+                                         : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
+    r->toks[r->n_tok++] = t;
+    uint32_t index = r->n_gen++;
+    struct dsv4_msg_token tm = { r->id, index, 1 };
+    dsv4_wire_begin(&s->out, DSV4_MSG_TOKEN);
+    dsv4_wire_put(&s->out, &tm, sizeof(tm));
+    dsv4_wire_put(&s->out, &t, sizeof(t));
+    dsv4_wire_finish(&s->out);
+    to_client(s, r);
+    uint64_t now = dsv4_now_ns();
+    if (!r->first_sent)
+        dsv4_hist_add(&s->d.stats->ttft, (now - r->t_submit) / 1000);
+    else
+        dsv4_hist_add(&s->d.stats->per_token, (now - r->t_last) / 1000);
+    r->first_sent = true;
+    r->t_last = now;
+    atomic_fetch_add(&s->d.stats->generated_tokens, 1);
+    atomic_fetch_add_explicit(&s->d.stats->progress, 1, memory_order_relaxed);
+    int reason = stop_reason(s, r);
+    if (reason >= 0)
+        finish(s, r, reason);
+}
+
+static void on_compute(struct sched *s)
+{
+    struct dsv4_msg m;
+    struct dsv4_err err;
+    int errc;
+    if (dsv4_wire_decode(s->in.buf, s->in.len, &m, &errc, &err)) {
+        dsv4_daemon_bad_message(&s->d, "compute", err.msg);
+        return;
+    }
+    uint64_t seq = m.type == DSV4_MSG_ERROR            ? ((const struct dsv4_msg_error *)m.body)->id
+                   : m.type == DSV4_MSG_ACK            ? ((const struct dsv4_msg_ack *)m.body)->seq
+                   : m.type == DSV4_MSG_FORWARD_RESULT ? ((const struct dsv4_msg_forward_result *)m.body)->seq
+                                                       : 0;
+    if (!s->inflight || seq == 0 || seq != s->inflight_seq)
+        return;     /* stale (an earlier compute epoch) or a close ACK */
+    struct req *r = s->inflight;
+    s->inflight = NULL;
+    if (m.type == DSV4_MSG_ERROR) {
+        const struct dsv4_msg_error *e = m.body;
+        if (e->code == DSV4_WE_NOSESSION) {
+            r->opened = false;
+            return;
+        }
+        char text[DSV4_WIRE_MAX_TEXT + 16];
+        snprintf(text, sizeof(text), "compute: %.*s", (int)e->text_len, (const char *)m.tail);
+        fail(s, r, e->code, text);
+        return;
+    }
+    if (m.type == DSV4_MSG_ACK) {
+        r->opened = true;
+        r->cpos = 0;
+        return;
+    }
+    if (m.type != DSV4_MSG_FORWARD_RESULT)
+        return;
+    const struct dsv4_msg_forward_result *res = m.body;
+    const struct dsv4_wire_row *rows = m.tail;
+    const float *logits = (const float *)((const unsigned char *)m.tail +
+                                          res->n_rows * sizeof(struct dsv4_wire_row) +
+                                          (size_t)res->n_rows * res->top_k * sizeof(struct dsv4_wire_topk));
+    int64_t before = r->cpos;
+    r->cpos = res->pos;
+    if (r->kind == DSV4_MSG_SCORE) {
+        struct dsv4_msg_score_rows sr = { r->id, (uint32_t)before, res->n_rows };
+        dsv4_wire_begin(&s->out, DSV4_MSG_SCORE_ROWS);
+        dsv4_wire_put(&s->out, &sr, sizeof(sr));
+        dsv4_wire_put(&s->out, rows, res->n_rows * sizeof(*rows));
+        dsv4_wire_finish(&s->out);
+        to_client(s, r);
+        if (r->cpos >= r->n_tok)
+            finish(s, r, DSV4_DONE_LENGTH);
+        return;
+    }
+    if (r->cpos < r->n_tok)
+        return;     /* still catching up (prefill or replay) */
+    if (r->sp.temperature != 0.0 && res->n_logits == 0) {
+        fail(s, r, DSV4_WE_INTERNAL, "compute sent no logits to sample from");
+        return;
+    }
+    accept(s, r, res, rows, logits);
+}
+
+/* Issue the next command of request r; false if it could not be sent now. */
+static bool issue(struct sched *s, struct req *r)
+{
+    uint64_t seq = ++s->seq;
+    if (!r->opened) {
+        int64_t ctx = (int64_t)r->n_prompt + (r->kind == DSV4_MSG_GENERATE ? r->max_tokens : 0) + 1;
+        struct dsv4_msg_session_open o = { seq, r->session, ctx };
+        dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_OPEN, &o, sizeof(o));
+    } else {
+        bool score = r->kind == DSV4_MSG_SCORE;
+        uint32_t n = (uint32_t)DSV4_MIN((int64_t)(score ? SCORE_ROWS : PREFILL_ROWS),
+                                        (int64_t)r->n_tok - r->cpos);
+        bool last = r->cpos + n == r->n_tok;
+        struct dsv4_msg_forward f = { seq, r->session, n, 0,
+                                      score ? DSV4_FWD_ALL_ROWS
+                                            : (last && r->sp.temperature != 0.0 ? DSV4_FWD_LOGITS : 0),
+                                      0 };
+        dsv4_wire_begin(&s->out, DSV4_MSG_FORWARD);
+        dsv4_wire_put(&s->out, &f, sizeof(f));
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t p = r->cpos + i;
+            struct dsv4_wire_fwd_in row = { r->toks[p], -1, p };
+            if (score && p + 1 < r->n_tok)
+                row.target = r->toks[p + 1];
+            dsv4_wire_put(&s->out, &row, sizeof(row));
+        }
+        dsv4_wire_finish(&s->out);
+    }
+    if (dsv4_zsend(s->compute, NULL, 0, &s->out, 1) < 0)
+        return false;   /* compute not connected (restarting): retry on the next turn */
+    if (!r->opened && r->n_gen > 0)     /* a replay (compute restart) or a resumed request */
+        atomic_fetch_add(&s->d.stats->replays, 1);
+    s->inflight = r;
+    s->inflight_seq = seq;
+    return true;
+}
+
+static void schedule(struct sched *s)
+{
+    int active = 0, queued = 0;
+    for (int i = 0; i < s->n_reqs; i++) {
+        struct req *r = &s->reqs[i];
+        if (r->state != R_FREE && r->cancel && s->inflight != r)
+            finish(s, r, DSV4_DONE_CANCELLED);
+        active += r->state == R_ACTIVE;
+    }
+    while (active < s->max_active) {     /* promote the oldest queued */
+        struct req *best = NULL;
+        for (int i = 0; i < s->n_reqs; i++)
+            if (s->reqs[i].state == R_QUEUED && (!best || s->reqs[i].order < best->order))
+                best = &s->reqs[i];
+        if (!best)
+            break;
+        best->state = R_ACTIVE;
+        active++;
+    }
+    for (int i = 0; i < s->n_reqs; i++)
+        queued += s->reqs[i].state == R_QUEUED;
+    atomic_store(&s->d.stats->queue_depth, (uint64_t)queued);
+    atomic_store(&s->d.stats->active, (uint64_t)active);
+    if (s->inflight)
+        return;
+    for (int k = 0; k < s->n_reqs; k++) {   /* round robin over active requests */
+        s->rr = (s->rr + 1) % s->n_reqs;
+        struct req *r = &s->reqs[s->rr];
+        if (r->state == R_ACTIVE) {
+            issue(s, r);
+            return;
+        }
+    }
+}
+
+static void on_peer(void *ctx, int role)
+{
+    struct sched *s = ctx;
+    if (role != DSV4_ROLE_COMPUTE && role != DSV4_ROLE_FETCHER)
+        return;
+    if (role == DSV4_ROLE_FETCHER)
+        return;     /* compute re-maps the cache; sessions are intact */
+    s->inflight = NULL;
+    for (int i = 0; i < s->n_reqs; i++) {
+        struct req *r = &s->reqs[i];
+        if (r->state != R_FREE && r->opened) {
+            r->opened = false;
+            atomic_fetch_add(&s->d.stats->replayed_tokens, (uint64_t)r->cpos);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "model", required_argument, NULL, 'm' },
+        { "run-dir", required_argument, NULL, 'r' },
+        { "max-active", required_argument, NULL, 'a' },
+        { "queue", required_argument, NULL, 'q' },
+        { 0 },
+    };
+    const char *model = NULL, *run_dir = NULL;
+    int o, max_active = 4, queue = 8;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'r': run_dir = optarg; break;
+        case 'a': max_active = atoi(optarg); break;
+        case 'q': queue = atoi(optarg); break;
+        default:
+            fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] "
+                            "[--max-active N] [--queue N]\n");
+            return 64;
+        }
+    }
+    if (!model || max_active < 1 || queue < 0) {
+        fprintf(stderr, "dsv4-scheduler: --model DIR required; --max-active >= 1\n");
+        return 64;
+    }
+    static struct sched s;
+    struct dsv4_err err;
+    if (dsv4_daemon_init(&s.d, DSV4_ROLE_SCHEDULER, run_dir, &err) < 0) {
+        dsv4_log_error("scheduler", "%s", err.msg);
+        return 71;
+    }
+    s.d.on_peer = on_peer;
+    s.d.peer_ctx = &s;
+    struct dsv4_config cfg;
+    if (dsv4_config_load(model, &cfg, &err) < 0) {
+        dsv4_log_error("scheduler", "%s", err.msg);
+        return 78;
+    }
+    s.eos = cfg.eos_token_id;
+    if (dsv4_tokenizer_open_dir(model, &s.tok, &err) < 0)
+        dsv4_log_info("scheduler", "no tokenizer (%s): stop strings refused", err.msg);
+    s.max_active = max_active;
+    s.queue_cap = queue;
+    s.n_reqs = max_active + queue;
+    s.reqs = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.reqs));
+    /* session ids unique across scheduler restarts: compute may still hold older ones */
+    s.next_session = (uint64_t)getpid() << 32;
+    char ep[DSV4_PATH_MAX];
+    s.compute = dsv4_zsock(s.d.zctx, ZMQ_DEALER, NULL);
+    s.clients = dsv4_zsock(s.d.zctx, ZMQ_ROUTER, NULL);
+    if (dsv4_rundir_endpoint(s.d.run_dir, "compute", ep, &err) < 0 || zmq_connect(s.compute, ep) < 0 ||
+        dsv4_rundir_endpoint(s.d.run_dir, "sched", ep, &err) < 0 || zmq_bind(s.clients, ep) < 0) {
+        dsv4_log_error("scheduler", "sockets: %s", err.msg[0] ? err.msg : zmq_strerror(errno));
+        return 71;
+    }
+    dsv4_daemon_ready(&s.d);
+    while (!s.d.stop) {
+        zmq_pollitem_t it[4];
+        dsv4_daemon_poll_items(&s.d, it);
+        it[2] = (zmq_pollitem_t){ s.clients, 0, ZMQ_POLLIN, 0 };
+        it[3] = (zmq_pollitem_t){ s.compute, 0, ZMQ_POLLIN, 0 };
+        bool waiting = false;
+        for (int i = 0; i < s.n_reqs && !waiting; i++)
+            waiting = s.reqs[i].state == R_ACTIVE && !s.inflight;
+        if (zmq_poll(it, 4, waiting ? 10 : 1000) < 0 && errno != EINTR)
+            break;
+        dsv4_daemon_handle(&s.d, it);
+        int r;
+        if (it[2].revents & ZMQ_POLLIN)
+            while ((r = dsv4_zrecv(s.clients, &s.in, 1, 1)) != -EAGAIN) {
+                if (r < 0)
+                    dsv4_daemon_bad_message(&s.d, "client", "framing");
+                else
+                    on_client(&s);
+            }
+        if (it[3].revents & ZMQ_POLLIN)
+            while ((r = dsv4_zrecv(s.compute, &s.in, 0, 1)) != -EAGAIN)
+                if (r == 0)
+                    on_compute(&s);
+        schedule(&s);
+    }
+    dsv4_log_info("scheduler", "stopping");
+    for (int i = 0; i < s.n_reqs; i++)
+        if (s.reqs[i].state != R_FREE)
+            fail(&s, &s.reqs[i], DSV4_WE_UNAVAILABLE, "scheduler stopping");
+    zmq_close(s.clients);
+    zmq_close(s.compute);
+    dsv4_daemon_fini(&s.d);
+    dsv4_tokenizer_free(s.tok);
+    free(s.reqs);
+    dsv4_zin_free(&s.in);
+    dsv4_wire_buf_free(&s.out);
+    return 0;
+}

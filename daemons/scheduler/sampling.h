@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Token sampling: greedy, temperature, top-k, top-p, reproducible from a
+ * seed. The random draw of the i-th generated token is a pure function of
+ * (seed, i) — splitmix64 of seed + (i+1)·golden, the same sequence
+ * `dsv4ctl run` draws — so a replayed or resumed request needs no saved RNG
+ * state, and with top-k/top-p off the choice equals `dsv4ctl run`'s.
+ */
+#pragma once
+
+#include <stdint.h>
+
+struct dsv4_sampling {
+    double temperature;     /* 0 = greedy (dsv4_argmax) */
+    double top_p;           /* (0, 1]; 1 = off */
+    int top_k;              /* 0 = off */
+    uint64_t seed;
+};
+
+/* Uniform in [0, 1) of draw `index` under `seed`. */
+double dsv4_sample_uniform(uint64_t seed, uint64_t index);
+/* Choose a token from logits[0..n) for generated token number `index`. */
+int32_t dsv4_sample(const float *logits, int n, const struct dsv4_sampling *p, uint64_t index);

@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-daemon stats page: a POSIX shared-memory segment per daemon role,
+ * created by the supervisor (so it outlives daemon restarts: counters never
+ * go backwards) and written only by its daemon (the supervisor writes the
+ * restart count and the pid). Readers (dsv4ctl status, the metrics
+ * exporter) map it read-only. Counters are relaxed lock-free atomics;
+ * histograms have fixed buckets sized for CPU inference.
+ */
+#pragma once
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shm atomics must be lock-free");
+
+#define DSV4_SHM_MAGIC 0x4d485344u      /* "DSHM" */
+#define DSV4_STATS_ABI_MAJOR 1
+#define DSV4_STATS_ABI_MINOR 0
+#define DSV4_SHM_KIND_STATS 1
+
+struct dsv4_shm_hdr {                   /* first 64 bytes of every segment */
+    uint32_t magic;
+    uint16_t abi_major, abi_minor;
+    uint32_t hdr_size;
+    uint32_t kind;
+    uint64_t size;
+    uint64_t build_id;
+    _Atomic uint64_t epoch;             /* bumped by the supervisor on every (re)spawn */
+    uint8_t reserved[24];
+};
+_Static_assert(sizeof(struct dsv4_shm_hdr) == 64, "one cache line");
+_Static_assert(offsetof(struct dsv4_shm_hdr, epoch) == 32, "ABI");
+
+/*
+ * Upper bounds in microseconds; a last implicit +Inf bucket. From 5 ms
+ * (a tiny model's token) to 10 min (a long prefill of a large model on CPU).
+ */
+#define DSV4_HIST_BOUNDS_US                                                          \
+    { 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, \
+      10000000, 30000000, 60000000, 120000000, 600000000 }
+#define DSV4_HIST_N 16                  /* 15 bounds + Inf */
+
+struct dsv4_hist_shm {
+    _Atomic uint64_t count, sum_us;
+    _Atomic uint64_t bucket[DSV4_HIST_N];  /* non-cumulative */
+};
+
+enum dsv4_daemon_state { DSV4_STATE_DOWN, DSV4_STATE_STARTING, DSV4_STATE_READY, DSV4_STATE_FAILED };
+
+struct dsv4_stats_shm {
+    struct dsv4_shm_hdr hdr;
+    /* supervisor-owned */
+    _Atomic uint64_t pid;
+    _Atomic uint64_t started_unix_ms;   /* CLOCK_REALTIME at spawn */
+    _Atomic uint64_t restarts;          /* respawns after an unexpected exit */
+    _Atomic uint64_t state;             /* enum dsv4_daemon_state */
+    /* daemon-owned */
+    _Atomic uint64_t progress;          /* work counter (watchdog) */
+    _Atomic uint64_t req_ok, req_error, req_cancelled, req_busy;
+    _Atomic uint64_t prompt_tokens, generated_tokens;
+    _Atomic uint64_t queue_depth, active;   /* gauges */
+    _Atomic uint64_t forward_calls, forward_rows, sessions_open;
+    _Atomic uint64_t replays, replayed_tokens;  /* scheduler: sessions rebuilt after a compute restart */
+    _Atomic uint64_t bad_messages;
+    _Atomic uint64_t reserved[15];
+    struct dsv4_hist_shm ttft, per_token, request;
+};
+_Static_assert(sizeof(struct dsv4_stats_shm) % 64 == 0, "whole lines");
+_Static_assert(offsetof(struct dsv4_stats_shm, pid) == 64, "ABI");

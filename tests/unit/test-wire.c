@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The wire decoder (proto/wire.c) accepts what the builders produce, with
+ * the fields intact, and rejects every truncation, a wrong ABI major (with
+ * the ABI error code), trailing bytes at our minor version (accepted from a
+ * newer minor), and each out-of-range field the validators name. Sampling
+ * (daemons/scheduler/sampling.c): greedy is argmax, the draw sequence is
+ * `dsv4ctl run`'s sequential splitmix64, top-k 1 and a tiny top-p reduce to
+ * argmax, and temperature sampling follows softmax(logits / T).
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "dsv4_wire.h"
+#include "engine.h"
+#include "sampling.h"
+
+static int decode(struct dsv4_wire_buf *b, struct dsv4_msg *m, int *errc)
+{
+    struct dsv4_err err;
+    uint64_t *al = malloc(b->len + 8);
+    memcpy(al, b->p, b->len);
+    int r = dsv4_wire_decode(al, b->len, m, errc, &err);
+    /* m points into al: copy what the tests read before freeing */
+    static uint64_t keep[512];
+    if (r == 0 && b->len <= sizeof(keep)) {
+        memcpy(keep, al, b->len);
+        m->body = (const char *)keep + 16;
+        m->tail = (const char *)m->body + ((const char *)m->tail - ((const char *)al + 16));
+    }
+    free(al);
+    return r;
+}
+
+static void build_generate(struct dsv4_wire_buf *b, struct dsv4_msg_generate g, const int32_t *t,
+                           const char *stop, size_t n_stop)
+{
+    dsv4_wire_begin(b, DSV4_MSG_GENERATE);
+    dsv4_wire_put(b, &g, sizeof(g));
+    dsv4_wire_put(b, t, 4 * ((size_t)g.n_prompt + g.n_done));
+    dsv4_wire_put(b, stop, n_stop);
+    dsv4_wire_finish(b);
+}
+
+static const struct dsv4_msg_generate gen0 = { 42, 7, 0.5f, 0.9f, 10, 32, 3, 1, 6, 0 };
+static const int32_t toks[4] = { 0, 5, 6, 9 };
+
+static void test_roundtrip_and_truncation(void **state)
+{
+    (void)state;
+    struct dsv4_wire_buf b = { 0 };
+    build_generate(&b, gen0, toks, "ab\0cd", 6);
+    struct dsv4_msg m;
+    int errc;
+    assert_int_equal(decode(&b, &m, &errc), 0);
+    assert_int_equal(m.type, DSV4_MSG_GENERATE);
+    const struct dsv4_msg_generate *g = m.body;
+    assert_int_equal(g->req_id, 42);
+    assert_int_equal(g->n_prompt, 3);
+    assert_memory_equal(m.tail, toks, 16);
+    assert_memory_equal((const char *)m.tail + 16, "ab\0cd", 6);
+    for (size_t n = 0; n < b.len; n++) {   /* every truncation, header patched or not */
+        struct dsv4_wire_buf t = { 0 };
+        dsv4_wire_begin(&t, DSV4_MSG_GENERATE);
+        dsv4_wire_put(&t, b.p + 16, n > 16 ? n - 16 : 0);
+        dsv4_wire_finish(&t);
+        assert_int_not_equal(decode(&t, &m, &errc), 0);
+        assert_int_equal(errc, DSV4_WE_PROTO);
+        t.len = n;
+        memcpy(t.p, b.p, DSV4_MIN(n, (size_t)16));
+        assert_int_not_equal(decode(&t, &m, &errc), 0);
+        dsv4_wire_buf_free(&t);
+    }
+    dsv4_wire_buf_free(&b);
+}
+
+static void test_versions(void **state)
+{
+    (void)state;
+    struct dsv4_wire_buf b = { 0 };
+    struct dsv4_msg_cancel c = { 5 };
+    uint64_t extra = 0;
+    dsv4_wire_begin(&b, DSV4_MSG_CANCEL);
+    dsv4_wire_put(&b, &c, sizeof(c));
+    dsv4_wire_put(&b, &extra, sizeof(extra));
+    dsv4_wire_finish(&b);
+    struct dsv4_msg m;
+    int errc;
+    assert_int_not_equal(decode(&b, &m, &errc), 0);     /* our minor: no tail allowed */
+    uint16_t minor = DSV4_WIRE_ABI_MINOR + 1, major = DSV4_WIRE_ABI_MAJOR + 1;
+    memcpy(b.p + 6, &minor, 2);
+    assert_int_equal(decode(&b, &m, &errc), 0);         /* newer minor: tail ignored */
+    memcpy(b.p + 4, &major, 2);
+    assert_int_equal(decode(&b, &m, &errc), -EPROTO);
+    assert_int_equal(errc, DSV4_WE_ABI);
+    dsv4_wire_buf_free(&b);
+}
+
+static void test_ranges(void **state)
+{
+    (void)state;
+    struct dsv4_msg m;
+    int errc;
+    struct { const char *what; struct dsv4_msg_generate g; const char *stop; size_t n_stop; int32_t t0; } bad[] = {
+        { "top_p 0", { 1, 0, 0.5f, 0.0f, 0, 8, 3, 1, 0, 0 }, "", 0, 0 },
+        { "temperature NaN", { 1, 0, NAN, 1.0f, 0, 8, 3, 1, 0, 0 }, "", 0, 0 },
+        { "n_done > max_tokens", { 1, 0, 0, 1.0f, 0, 0 + 1, 2, 2, 0, 0 }, "", 0, 0 },
+        { "req_id 0", { 0, 0, 0, 1.0f, 0, 8, 3, 1, 0, 0 }, "", 0, 0 },
+        { "negative token", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, 0 }, "", 0, -3 },
+        { "stop without NUL", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 2, 0 }, "ab", 2, 0 },
+        { "empty stop", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 2, 0 }, "\0a", 2, 0 },
+        { "unknown flag", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, 8 }, "", 0, 0 },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(bad); i++) {
+        int32_t t[4] = { bad[i].t0, 1, 2, 3 };
+        struct dsv4_wire_buf b = { 0 };
+        build_generate(&b, bad[i].g, t, bad[i].stop, bad[i].n_stop);
+        if (decode(&b, &m, &errc) == 0)
+            fail_msg("accepted: %s", bad[i].what);
+        dsv4_wire_buf_free(&b);
+    }
+    /* FORWARD: rows must be consecutive positions; taps not served yet */
+    struct dsv4_msg_forward f = { 1, 2, 2, 0, 0, 0 };
+    struct dsv4_wire_fwd_in rows[2] = { { 5, -1, 10 }, { 6, -1, 11 } };
+    struct dsv4_wire_buf b = { 0 };
+    dsv4_wire_begin(&b, DSV4_MSG_FORWARD);
+    dsv4_wire_put(&b, &f, sizeof(f));
+    dsv4_wire_put(&b, rows, sizeof(rows));
+    dsv4_wire_finish(&b);
+    assert_int_equal(decode(&b, &m, &errc), 0);
+    rows[1].pos = 13;
+    memcpy(b.p + 16 + sizeof(f), rows, sizeof(rows));
+    assert_int_not_equal(decode(&b, &m, &errc), 0);
+    f.n_taps = 4;
+    rows[1].pos = 11;
+    memcpy(b.p + 16, &f, sizeof(f));
+    memcpy(b.p + 16 + sizeof(f), rows, sizeof(rows));
+    assert_int_not_equal(decode(&b, &m, &errc), 0);
+    dsv4_wire_buf_free(&b);
+}
+
+static void test_sampling(void **state)
+{
+    (void)state;
+    float lg[6] = { 0.5f, 2.0f, -1.0f, 1.9f, 2.0f, 0.0f };
+    struct dsv4_sampling greedy = { 0, 1, 0, 3 };
+    assert_int_equal(dsv4_sample(lg, 6, &greedy, 0), 1);    /* tie: lower id */
+    /* draw i is the (i+1)-th output of a sequential splitmix64 seeded with seed */
+    uint64_t s = 77;
+    for (int i = 0; i < 50; i++) {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+        z ^= z >> 31;
+        assert_true((double)(z >> 11) / 9007199254740992.0 == dsv4_sample_uniform(77, (uint64_t)i));
+    }
+    struct dsv4_sampling k1 = { 5.0, 1.0, 1, 9 }, p0 = { 5.0, 1e-6, 0, 9 };
+    for (uint64_t i = 0; i < 100; i++) {
+        assert_int_equal(dsv4_sample(lg, 6, &k1, i), 1);
+        assert_int_equal(dsv4_sample(lg, 6, &p0, i), 1);
+    }
+    /* frequencies within 5 sigma of softmax(lg / T); top-k 3 keeps ids {1, 3, 4} */
+    struct dsv4_sampling t = { 0.7, 1.0, 0, 1 }, tk = { 0.7, 1.0, 3, 1 };
+    int n = 20000, cnt[6] = { 0 }, cntk[6] = { 0 };
+    for (int i = 0; i < n; i++) {
+        cnt[dsv4_sample(lg, 6, &t, (uint64_t)i)]++;
+        cntk[dsv4_sample(lg, 6, &tk, (uint64_t)i)]++;
+    }
+    double z = 0, zk = 0;
+    for (int v = 0; v < 6; v++) {
+        z += exp(lg[v] / 0.7);
+        zk += (v == 1 || v == 3 || v == 4) ? exp(lg[v] / 0.7) : 0;
+    }
+    for (int v = 0; v < 6; v++) {
+        double p = exp(lg[v] / 0.7) / z, pk = (v == 1 || v == 3 || v == 4) ? exp(lg[v] / 0.7) / zk : 0;
+        assert_true(fabs(cnt[v] - n * p) <= 5 * sqrt(n * p * (1 - p)) + 1);
+        assert_true(fabs(cntk[v] - n * pk) <= 5 * sqrt(n * pk * (1 - pk)) + 1);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_and_truncation),
+        cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_ranges),
+        cmocka_unit_test(test_sampling),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

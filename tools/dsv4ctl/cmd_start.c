@@ -1,0 +1,101 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
+ * [--foreground]`: runs the supervisor (supervisor.c). By default it forks
+ * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
+ * returns 0 only once every daemon is ready, else prints the reason and
+ * exits 69. --foreground supervises in this process until SIGTERM.
+ */
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dsv4ctl.h"
+#include "rundir.h"
+#include "supervisor.h"
+
+int dsv4ctl_start(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "model", required_argument, NULL, 'm' },
+        { "run-dir", required_argument, NULL, 'r' },
+        { "threads", required_argument, NULL, 't' },
+        { "memory-gb", required_argument, NULL, 'g' },
+        { "foreground", no_argument, NULL, 'f' },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    struct supervisor_opts o = { .threads = 1 };
+    bool fg = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': o.model = optarg; break;
+        case 'r': o.run_dir = optarg; break;
+        case 't': o.threads = atoi(optarg); break;
+        case 'g': o.memory_gb = atof(optarg); break;
+        case 'f': fg = true; break;
+        case 'h':
+            printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
+                   "[--run-dir DIR] [--foreground]\n");
+            return DSV4_EXIT_OK;
+        default: return DSV4_EXIT_USAGE;
+        }
+    }
+    if (!o.model || o.threads < 1 || o.memory_gb < 0) {
+        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1)\n");
+        return DSV4_EXIT_USAGE;
+    }
+    if (access(o.model, R_OK) != 0) {
+        fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
+        return DSV4_EXIT_NOINPUT;
+    }
+    if (fg)
+        return dsv4_supervise(&o, -1);
+    char dir[DSV4_PATH_MAX];
+    struct dsv4_err err;
+    dsv4_rundir_resolve(o.run_dir, dir);
+    if (dsv4_rundir_create(dir, &err) < 0) {
+        fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
+        return 77;
+    }
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return DSV4_EXIT_SOFTWARE;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 71;
+    if (pid == 0) {     /* the supervisor: own session, log file, no terminal */
+        close(p[0]);
+        setsid();
+        char log[DSV4_PATH_MAX + 32];
+        snprintf(log, sizeof(log), "%s/supervisor.log", dir);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+        dup2(nul, 0);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        o.run_dir = dir;
+        _exit(dsv4_supervise(&o, p[1]));
+    }
+    close(p[1]);
+    char buf[1300] = { 0 };
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof(buf) - 1 && (k = read(p[0], buf + n, sizeof(buf) - 1 - n)) > 0)
+        n += (size_t)k;
+    close(p[0]);
+    if (strncmp(buf, "ok", 2) == 0) {
+        fprintf(stderr, "dsv4: daemons ready (run dir %s)\n", dir);
+        return DSV4_EXIT_OK;
+    }
+    waitpid(pid, NULL, WNOHANG);
+    fprintf(stderr, "dsv4ctl start: %s", n ? buf : "supervisor exited without a word\n");
+    return DSV4_EXIT_UNAVAILABLE;
+}

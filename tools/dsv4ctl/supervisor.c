@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: MIT */
+/* The daemon supervisor (supervisor.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "daemon.h"
+#include "dsv4_wire.h"
+#include "fetcher_client.h"
+#include "fetcher_shm.h"
+#include "log.h"
+#include "supervisor.h"
+
+#define CRASH_LOOP_N 5
+#define CRASH_LOOP_WINDOW_NS (120ull * 1000000000ull)
+#define READY_TIMEOUT_NS (600ull * 1000000000ull)
+#define STOP_GRACE_NS (5ull * 1000000000ull)
+
+struct child {
+    int role;
+    char exe[DSV4_PATH_MAX];
+    bool present;               /* executable found (the fetcher may not be built) */
+    pid_t pid;
+    bool ready;
+    uint64_t fail_ns[CRASH_LOOP_N];
+    int n_fail;
+    uint64_t restart_at;        /* 0 = none pending */
+    struct dsv4_stats_shm *stats;
+};
+
+struct sv {
+    const struct supervisor_opts *o;
+    char dir[DSV4_PATH_MAX];
+    struct child ch[DSV4_ROLE_COUNT];
+    void *zctx, *ctl;
+    int sigfd, lockfd;
+    bool stopping;
+    struct dsv4_zin in;
+};
+
+const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
+{
+    char self[DSV4_PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (k <= 0)
+        return NULL;
+    self[k] = '\0';
+    const char *env = getenv("DSV4_LIBEXEC_DIR"), *dir = dirname(self);
+    /* $DSV4_LIBEXEC_DIR, next to dsv4ctl (installed), the build tree */
+    for (int i = 0; i < 4; i++) {
+        if (i == 0 && !env)
+            continue;
+        if (i == 0)
+            snprintf(buf, n, "%s/%s", env, name);
+        else if (i == 1)
+            snprintf(buf, n, "%s/%s", dir, name);
+        else if (i == 2)
+            snprintf(buf, n, "%s/../../daemons/%s", dir, name);
+        else
+            snprintf(buf, n, "%s/../../daemons/fetcher/%s", dir, name);
+        if (access(buf, X_OK) == 0)
+            return buf;
+    }
+    return NULL;
+}
+
+static void say(int *fd, const char *fmt, ...)
+{
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    dsv4_log_info("supervisor", "%s", msg);
+    if (*fd >= 0) {
+        dprintf(*fd, "%s\n", msg);
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static int spawn(struct sv *s, struct child *c)
+{
+    char log[DSV4_PATH_MAX + 32], threads[16], mem[32];
+    snprintf(log, sizeof(log), "%s/%s.log", s->dir, dsv4_role_name(c->role));
+    snprintf(threads, sizeof(threads), "%d", s->o->threads);
+    snprintf(mem, sizeof(mem), "%g", s->o->memory_gb);
+    atomic_store(&c->stats->state, DSV4_STATE_STARTING);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -errno;
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        int nul = open("/dev/null", O_RDONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        if (nul >= 0)
+            dup2(nul, 0);
+        sigset_t all;
+        sigemptyset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, NULL);
+        setenv("DSV4_SUPERVISED", "1", 1);
+        char *argv[12] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
+        if (c->role == DSV4_ROLE_COMPUTE) {
+            char **a = argv + 5;
+            *a++ = "--threads";
+            *a++ = threads;
+            *a++ = "--memory-gb";
+            *a++ = mem;
+            if (s->ch[DSV4_ROLE_FETCHER].present)
+                *a++ = "--fetcher";
+        }
+        execv(c->exe, argv);
+        fprintf(stderr, "exec %s: %s\n", c->exe, strerror(errno));
+        _exit(127);
+    }
+    c->pid = pid;
+    c->ready = false;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    atomic_store(&c->stats->started_unix_ms, (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    atomic_store(&c->stats->pid, (uint64_t)pid);
+    atomic_fetch_add(&c->stats->hdr.epoch, 1);
+    dsv4_log_info("supervisor", "started %s[%d]", dsv4_role_name(c->role), (int)pid);
+    return 0;
+}
+
+static void describe_status(int st, char *buf, size_t n)
+{
+    if (WIFEXITED(st))
+        snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st))
+        snprintf(buf, n, "killed by %s", sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+    else
+        snprintf(buf, n, "status 0x%x", st);
+}
+
+static void notify_peers(struct sv *s, int role)
+{
+    struct dsv4_msg_peer p = { (uint32_t)role, (uint32_t)s->ch[role].pid,
+                               atomic_load(&s->ch[role].stats->hdr.epoch) };
+    struct dsv4_wire_buf b = { 0 };
+    dsv4_wire_simple(&b, DSV4_MSG_PEER_RESTARTED, &p, sizeof(p));
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        const char *id = dsv4_role_name(r);
+        if (r != role && s->ch[r].ready)
+            dsv4_zsend(s->ctl, id, strlen(id), &b, 1);
+    }
+    dsv4_wire_buf_free(&b);
+}
+
+static void on_ctl(struct sv *s)
+{
+    int r;
+    while ((r = dsv4_zrecv(s->ctl, &s->in, 1, 1)) != -EAGAIN) {
+        struct dsv4_msg m;
+        struct dsv4_err err;
+        int errc;
+        if (r < 0 || dsv4_wire_decode(s->in.buf, s->in.len, &m, &errc, &err)) {
+            dsv4_log_warn("supervisor", "dropped control message: %s", r < 0 ? "framing" : err.msg);
+            continue;
+        }
+        if (m.type != DSV4_MSG_READY)
+            continue;   /* heartbeats: liveness is the stats page's progress counter */
+        const struct dsv4_msg_ready *rd = m.body;
+        struct child *c = &s->ch[rd->role];
+        if ((pid_t)rd->pid != c->pid || c->ready)
+            continue;
+        c->ready = true;
+        dsv4_log_info("supervisor", "%s[%d] ready", dsv4_role_name(c->role), (int)c->pid);
+        if (atomic_load(&c->stats->restarts) > 0)
+            notify_peers(s, c->role);
+    }
+}
+
+/* Reap children: schedule restarts, or give up on exit 78 and crash loops. */
+static void reap(struct sv *s, int *ready_fd)
+{
+    int st;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+            struct child *c = &s->ch[r];
+            if (c->pid != pid)
+                continue;
+            char why[64];
+            describe_status(st, why, sizeof(why));
+            c->pid = 0;
+            c->ready = false;
+            atomic_store(&c->stats->state, DSV4_STATE_DOWN);
+            if (s->stopping) {
+                dsv4_log_info("supervisor", "%s[%d] %s", dsv4_role_name(r), (int)pid, why);
+                break;
+            }
+            uint64_t now = dsv4_now_ns();
+            memmove(c->fail_ns + 1, c->fail_ns, sizeof(c->fail_ns) - sizeof(c->fail_ns[0]));
+            c->fail_ns[0] = now;
+            c->n_fail++;
+            int recent = 0;
+            for (int i = 0; i < CRASH_LOOP_N && i < c->n_fail; i++)
+                recent += now - c->fail_ns[i] < CRASH_LOOP_WINDOW_NS;
+            if ((WIFEXITED(st) && WEXITSTATUS(st) == 78) || recent >= CRASH_LOOP_N) {
+                atomic_store(&c->stats->state, DSV4_STATE_FAILED);
+                say(ready_fd, "error: %s[%d] %s%s; not restarting (see %s/%s.log)",
+                    dsv4_role_name(r), (int)pid, why,
+                    recent >= CRASH_LOOP_N ? ", crash loop" : " (bad config)", s->dir,
+                    dsv4_role_name(r));
+                s->stopping = true;
+                break;
+            }
+            uint64_t delay = 100000000ull << DSV4_MIN(recent - 1, 8);
+            delay = DSV4_MIN(delay, 30000000000ull);
+            c->restart_at = now + delay;
+            dsv4_log_warn("supervisor", "%s[%d] %s, restarting in %llu ms (%d/%d)",
+                          dsv4_role_name(r), (int)pid, why,
+                          (unsigned long long)(delay / 1000000), recent, CRASH_LOOP_N);
+        }
+    }
+}
+
+static void handle_signals(struct sv *s, int *ready_fd)
+{
+    struct signalfd_siginfo si;
+    while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
+        if (si.ssi_signo == SIGCHLD)
+            reap(s, ready_fd);
+        else if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+            if (!s->stopping)
+                dsv4_log_info("supervisor", "stopping on %s", sigabbrev_np((int)si.ssi_signo));
+            s->stopping = true;
+        }
+    }
+}
+
+/* One poll round: control messages, signals, due restarts. */
+static void turn(struct sv *s, int timeout_ms, int *ready_fd)
+{
+    zmq_pollitem_t it[2] = { { s->ctl, 0, ZMQ_POLLIN, 0 }, { NULL, s->sigfd, ZMQ_POLLIN, 0 } };
+    zmq_poll(it, 2, timeout_ms);
+    if (it[1].revents & ZMQ_POLLIN)
+        handle_signals(s, ready_fd);
+    if (it[0].revents & ZMQ_POLLIN)
+        on_ctl(s);
+    struct child *fc = &s->ch[DSV4_ROLE_FETCHER];
+    if (fc->pid && !fc->ready) {    /* the fetcher says READY in its segment, not on ctl */
+        dsv4_fetcher_client *probe;
+        if (dsv4_fetcher_client_open(s->dir, 1, &probe, NULL) == 0) {
+            dsv4_fetcher_client_free(probe);
+            fc->ready = true;
+            atomic_store(&fc->stats->state, DSV4_STATE_READY);
+            dsv4_log_info("supervisor", "fetcher[%d] ready", (int)fc->pid);
+            if (atomic_load(&fc->stats->restarts) > 0)
+                notify_peers(s, DSV4_ROLE_FETCHER);
+        }
+    }
+    uint64_t now = dsv4_now_ns();
+    for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
+        struct child *c = &s->ch[r];
+        if (c->restart_at && now >= c->restart_at) {
+            c->restart_at = 0;
+            atomic_fetch_add(&c->stats->restarts, 1);
+            if (spawn(s, c) < 0)
+                c->restart_at = now + 1000000000ull;
+        }
+    }
+}
+
+static void stop_all(struct sv *s)
+{
+    struct dsv4_msg_stop st = { 0, 0 };
+    struct dsv4_wire_buf b = { 0 };
+    dsv4_wire_simple(&b, DSV4_MSG_STOP, &st, sizeof(st));
+    int dummy = -1;
+    for (int r = DSV4_ROLE_COUNT - 1; r >= 0; r--) {  /* scheduler, compute, fetcher */
+        struct child *c = &s->ch[r];
+        c->restart_at = 0;
+        if (!c->pid)
+            continue;
+        const char *id = dsv4_role_name(r);
+        dsv4_zsend(s->ctl, id, strlen(id), &b, 1);
+        kill(c->pid, SIGTERM);
+        uint64_t t0 = dsv4_now_ns();
+        int wait_ms = 10;
+        while (c->pid && dsv4_now_ns() - t0 < STOP_GRACE_NS) {
+            turn(s, wait_ms, &dummy);
+            wait_ms = DSV4_MIN(wait_ms * 2, 200);
+        }
+        if (c->pid) {
+            dsv4_log_warn("supervisor", "%s[%d] did not stop in time: SIGKILL", id, (int)c->pid);
+            kill(c->pid, SIGKILL);
+            while (c->pid)
+                turn(s, 50, &dummy);
+        }
+    }
+    dsv4_wire_buf_free(&b);
+}
+
+static void cleanup(struct sv *s)
+{
+    char path[DSV4_PATH_MAX + 32];
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        dsv4_stats_unmap(s->ch[r].stats);
+        dsv4_stats_unlink(s->dir, r);
+    }
+    char eshm[64];  /* the fetcher removes its segment on SIGTERM; not after a SIGKILL */
+    if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
+        shm_unlink(eshm);
+    static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
+                                         "model" };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
+        snprintf(path, sizeof(path), "%s/%s", s->dir, files[i]);
+        unlink(path);
+    }
+    if (s->ctl)
+        zmq_close(s->ctl);
+    if (s->zctx)
+        zmq_ctx_term(s->zctx);
+    dsv4_zin_free(&s->in);
+    if (s->lockfd >= 0) {
+        if (ftruncate(s->lockfd, 0) < 0)
+            dsv4_log_debug("supervisor", "truncate lock: %s", strerror(errno));
+        close(s->lockfd);
+    }
+}
+
+int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
+{
+    static struct sv s;
+    memset(&s, 0, sizeof(s));
+    s.o = o;
+    s.lockfd = -1;
+    s.sigfd = -1;
+    dsv4_rundir_resolve(o->run_dir, s.dir);
+    struct dsv4_err err;
+    char path[DSV4_PATH_MAX + 32], ep[DSV4_PATH_MAX];
+    if (dsv4_rundir_create(s.dir, &err) < 0 || dsv4_rundir_endpoint(s.dir, "compute", ep, &err) < 0) {
+        say(&ready_fd, "error: run dir: %s", err.msg);
+        return 77;
+    }
+    snprintf(path, sizeof(path), "%s/supervisor.lock", s.dir);
+    s.lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (s.lockfd < 0 || flock(s.lockfd, LOCK_EX | LOCK_NB) < 0) {
+        say(&ready_fd, "error: daemons already running in %s (pid %d)", s.dir,
+            dsv4_rundir_supervisor_pid(s.dir));
+        if (s.lockfd >= 0)
+            close(s.lockfd);
+        return 69;
+    }
+    if (ftruncate(s.lockfd, 0) == 0)
+        dprintf(s.lockfd, "%d\n", (int)getpid());
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    s.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    int rc = 0;
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        static const char *const exes[] = { "dsv4-fetcher", "dsv4-compute", "dsv4-scheduler" };
+        struct child *c = &s.ch[r];
+        c->role = r;
+        c->present = dsv4_daemon_exe(exes[r], c->exe, sizeof(c->exe)) != NULL;
+        if (dsv4_stats_create(s.dir, r, &c->stats, &err) < 0) {
+            say(&ready_fd, "error: %s", err.msg);
+            rc = 71;
+            goto out;
+        }
+        atomic_store(&c->stats->state, DSV4_STATE_DOWN);
+        atomic_store(&c->stats->pid, 0);
+        if (!c->present && r != DSV4_ROLE_FETCHER) {
+            say(&ready_fd, "error: %s not found next to dsv4ctl", exes[r]);
+            rc = 66;
+            goto out;
+        }
+    }
+    char model[DSV4_PATH_MAX];
+    if (!realpath(o->model, model)) {
+        say(&ready_fd, "error: model %s: %s", o->model, strerror(errno));
+        rc = 66;
+        goto out;
+    }
+    snprintf(path, sizeof(path), "%s/model", s.dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", model);
+        fclose(f);
+    }
+    s.zctx = dsv4_zctx_new();
+    s.ctl = dsv4_zsock(s.zctx, ZMQ_ROUTER, NULL);
+    dsv4_rundir_endpoint(s.dir, "ctl", ep, &err);
+    if (zmq_bind(s.ctl, ep) < 0) {
+        say(&ready_fd, "error: bind %s: %s", ep, zmq_strerror(errno));
+        rc = 71;
+        goto out;
+    }
+    for (int r = 0; r < DSV4_ROLE_COUNT && !s.stopping; r++) {
+        struct child *c = &s.ch[r];
+        if (!c->present)
+            continue;
+        if (spawn(&s, c) < 0) {
+            say(&ready_fd, "error: fork: %s", strerror(errno));
+            s.stopping = true;
+            break;
+        }
+        uint64_t t0 = dsv4_now_ns();
+        while (!c->ready && !s.stopping) {
+            turn(&s, 100, &ready_fd);
+            if (!c->pid || c->restart_at) {
+                say(&ready_fd, "error: %s did not start (see %s/%s.log)", dsv4_role_name(r),
+                    s.dir, dsv4_role_name(r));
+                s.stopping = true;
+            } else if (dsv4_now_ns() - t0 > READY_TIMEOUT_NS) {
+                say(&ready_fd, "error: %s not ready after %llu s", dsv4_role_name(r),
+                    (unsigned long long)(READY_TIMEOUT_NS / 1000000000ull));
+                s.stopping = true;
+            }
+        }
+    }
+    if (!s.stopping)
+        say(&ready_fd, "ok");
+    while (!s.stopping)
+        turn(&s, 200, &ready_fd);
+    stop_all(&s);
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++)
+        if (s.ch[r].stats && atomic_load(&s.ch[r].stats->state) == DSV4_STATE_FAILED)
+            rc = 69;
+out:
+    if (ready_fd >= 0)
+        say(&ready_fd, "error: supervisor exiting");
+    dsv4_log_info("supervisor", "stopped");
+    cleanup(&s);
+    return rc;
+}

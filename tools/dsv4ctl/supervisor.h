@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The supervisor behind `dsv4ctl start`: owns the run directory lock, the
+ * stats pages and the control ROUTER; starts fetcher (when built) → compute
+ * → scheduler, each only after the previous one said READY; restarts a
+ * daemon that dies (alone, with exponential backoff and a crash-loop limit;
+ * never one that exits 78 = bad config) and tells the others; on SIGTERM
+ * stops scheduler → compute → fetcher and removes its shm and sockets.
+ */
+#pragma once
+
+struct supervisor_opts {
+    const char *run_dir;
+    const char *model;
+    int threads;
+    double memory_gb;
+};
+
+/*
+ * Runs until stopped. `ready_fd` (or -1) receives "ok\n" once the set can
+ * serve, or "error: <reason>\n" when it cannot; then it is closed.
+ * Returns a process exit status.
+ */
+int dsv4_supervise(const struct supervisor_opts *o, int ready_fd);
+/* Path of a daemon executable next to dsv4ctl (installed) or in the build tree; NULL if none. */
+const char *dsv4_daemon_exe(const char *name, char *buf, size_t n);
