@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Regenerate the committed fixtures (checkpoint + goldens.json) from their recorded seeds.
+"""Regenerate the committed fixtures (checkpoint + tokenizer + goldens.json) from their seeds.
 
 Usage: make_fixtures.py [--out DIR] [NAME ...]   (default DIR: tests/fixtures, all fixtures)
 tests/py/test_fixtures_regen.py runs it into the build dir and compares bytes with the
@@ -19,6 +19,7 @@ pinned.pin()
 sys.path.insert(0, HERE)
 import make_goldens  # noqa: E402
 import make_tiny_model  # noqa: E402
+import make_tiny_tokenizer  # noqa: E402
 
 # name -> (make_tiny_model preset, model seed, prompt seed, greedy tokens)
 FIXTURES = {
@@ -27,11 +28,22 @@ FIXTURES = {
 }
 
 
+def write_tokenizer(d, cfg):
+    """The tiny byte-level BPE tokenizer with the model's vocab size, so text prompts work on
+    the fixture; its BOS/EOS ids must be the ones config.json names."""
+    specials = [c for c, _ in make_tiny_tokenizer.SPECIALS]
+    if specials[cfg["bos_token_id"]] != "<｜begin▁of▁sentence｜>" or \
+            specials[cfg["eos_token_id"]] != "<｜end▁of▁sentence｜>":
+        raise ValueError("tokenizer BOS/EOS ids disagree with config.json")
+    make_tiny_tokenizer.write(d, cfg["vocab_size"])
+
+
 def make(out, name):
     preset, seed, prompt_seed, n_greedy = FIXTURES[name]
     d = os.path.join(out, name)
     cfg, init = make_tiny_model.PRESETS[preset]
     make_tiny_model.write_model(d, cfg, init, seed)
+    write_tokenizer(d, cfg)
     return make_goldens.write(d, prompt_seed, n_greedy)
 
 

@@ -42,7 +42,7 @@ BASE_CONFIG = {
 
 # The fixture configs; why each value is what it is: docs/numerics.md "Tiny fixtures".
 TINY = dict(BASE_CONFIG, **{
-    "vocab_size": 256, "hidden_size": 128, "num_hidden_layers": 5,
+    "vocab_size": 384, "hidden_size": 128, "num_hidden_layers": 5,
     # window, CSA, HCA/8, CSA, HCA/16; last entry = MTP block (window).
     "compress_ratios": [0, 4, 8, 4, 16, 0],
     "num_hash_layers": 2,

@@ -133,16 +133,13 @@ def train(vocab_size, first_id):
     return vocab, merges
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--vocab-size", type=int, required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    if a.vocab_size < len(SPECIALS) + 256:
-        sys.exit(f"make_tiny_tokenizer: --vocab-size must be at least {len(SPECIALS) + 256}")
-    vocab, merges = train(a.vocab_size, len(SPECIALS))
-    if len(vocab) + len(SPECIALS) != a.vocab_size:
-        sys.exit(f"make_tiny_tokenizer: the built-in text only supports {len(vocab) + len(SPECIALS)} tokens")
+def write(out, vocab_size):
+    """Write tokenizer.json + tokenizer_config.json with vocab_size ids into out."""
+    if vocab_size < len(SPECIALS) + 256:
+        raise ValueError(f"vocab size must be at least {len(SPECIALS) + 256}")
+    vocab, merges = train(vocab_size, len(SPECIALS))
+    if len(vocab) + len(SPECIALS) != vocab_size:
+        raise ValueError(f"the built-in text only supports {len(vocab) + len(SPECIALS)} tokens")
     tok = {
         "version": "1.0",
         "truncation": None,
@@ -171,13 +168,24 @@ def main():
         "clean_up_tokenization_spaces": False,
         "model_max_length": 4096,
     }
-    os.makedirs(a.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     for name, obj in (("tokenizer.json", tok), ("tokenizer_config.json", cfg)):
-        tmp = os.path.join(a.out, name + ".tmp")
+        tmp = os.path.join(out, name + ".tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(obj, f, ensure_ascii=False, indent=1, sort_keys=False)
             f.write("\n")
-        os.replace(tmp, os.path.join(a.out, name))
+        os.replace(tmp, os.path.join(out, name))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab-size", type=int, required=True)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    try:
+        write(a.out, a.vocab_size)
+    except ValueError as e:
+        sys.exit(f"make_tiny_tokenizer: {e}")
 
 
 if __name__ == "__main__":

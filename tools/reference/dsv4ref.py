@@ -691,6 +691,12 @@ class Model:
         unnormalised P of each block is exp(s - running max) rounded to bf16 for P.V while the
         denominator sums the fp32 values; the sink joins the denominator only, at the end."""
         c = self.cfg
+        B = self.v.attn_block
+        # Pad the list with empty slots to whole blocks: how many trailing empty slots a query
+        # gets depends on the other queries of its chunk (HCA pads to the chunk's most visible
+        # rows), and a sum_seed plan is keyed on the block length, so an unpadded last block
+        # would make the seeded variants depend on chunking. Empty slots add exact zeros.
+        idx = np.pad(idx, ((0, 0), (0, -idx.shape[1] % B)), constant_values=-1)
         n, Lr = idx.shape
         bank = ls.kv if ls.comp is None else np.concatenate([ls.kv, ls.comp], axis=0)
         valid = idx >= 0
@@ -699,7 +705,6 @@ class Model:
         s = self.acc.mm(q, np.swapaxes(rows, 1, 2), f'L{L}.qk')             # [n, H, Lr]
         s = (s * f32(c.D ** -0.5)).astype(f32)
         s = np.where(valid[:, None, :], s, NEG_INF)
-        B = self.v.attn_block
         m = np.full((n, c.H, 1), NEG_INF, dtype=f32)
         den = np.zeros((n, c.H, 1), dtype=f32)
         acc = np.zeros((n, c.H, c.D), dtype=f32)

@@ -104,6 +104,11 @@ def test_model(build):
     s1 = run(d, ck, R.Variant(sum_seed=1), toks)
     s1c = run(d, ck, R.Variant(sum_seed=1), toks, [5, 60, n - 65])
     check(np.array_equal(s1, s1c), "sum_seed=1: chunked == prefill (exact)")
+    # every other variant knob together (16-slot blocks, compact list, fp32 P, no KV QDQ)
+    vx = dict(sum_seed=2, attn_block=16, p_layout='compact', p_bf16=False, kv_fp8=False)
+    sx = run(d, ck, R.Variant(**vx), toks)
+    sxc = run(d, ck, R.Variant(**vx), toks, [2, 1, 61, n - 64])
+    check(np.array_equal(sx, sxc), "all variant knobs: chunked == prefill (exact)")
 
     # causality: position t depends on tokens <= t only
     alt = toks.copy()
