@@ -124,7 +124,9 @@ def make(models, prompt_list, n_greedy, meta):
             lm = run_prefill(model, s[:-1])
             a, _ = top2(lb)
             stable[i] &= margin_of(lm, a) > 0
-            st = dlogp_stats(np.abs(next_logp(lm, s) - next_logp(lb, s)))
+            dl = np.abs(next_logp(lm, s) - next_logp(lb, s))
+            st = dlogp_stats(dl)
+            st["dl"] = dl
             if len(p) <= FULL_LOGITS_MAX_LEN:
                 st["last_logits_max"] = float(np.max(np.abs(lm[len(p) - 1] - lb[len(p) - 1])))
             b = top2(lb)[1]
@@ -140,6 +142,12 @@ def make(models, prompt_list, n_greedy, meta):
     # CLEAR_FACTOR x their p90 pooled over all prompts (short prompts often show none at all).
     # Rarer larger jumps are the discrete flips the per-member argmax agreement catches.
     order = [ms for _, role, ms in members if role == "order"]
+    # |dlogp| bounds: a prompt whose order members happen not to diverge (a short context, no
+    # near-tie flipped) says little about the chaos a correct implementation may hit, so each
+    # prompt's bound is floored at the order members' statistics pooled over every position of
+    # every prompt of the fixture (and at STAT_FLOOR).
+    pooled = {k: max(dlogp_stats(np.concatenate([st["dl"] for st in ms]))[k] for ms in order)
+              for k in ("dlogp_median", "dlogp_p90")}
     floor = CLEAR_FACTOR * float(np.percentile(np.concatenate(
         [st["margin_perturbation"] for ms in order for st in ms]), 90))
     out_prompts = []
@@ -149,7 +157,7 @@ def make(models, prompt_list, n_greedy, meta):
         clear = max(floor, CLEAR_FACTOR * float(np.percentile(np.concatenate(
             [ms[i]["margin_perturbation"] for ms in order]), 99)))
         stable[i] &= mg > clear
-        tol = {k: max(STAT_FLOOR[k], max(st[k] for st in pstats[i]))
+        tol = {k: max(STAT_FLOOR[k], pooled.get(k, 0.0), max(st[k] for st in pstats[i]))
                for k in STAT_FLOOR if k in pstats[i][0]}
         entry = {"prompt_len": len(p), "tokens": s,
                  "argmax": [int(x) for x in a],
