@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Regenerate the committed fixtures (checkpoint + goldens.json) from their recorded seeds.
+
+Usage: make_fixtures.py [--out DIR] [NAME ...]   (default DIR: tests/fixtures, all fixtures)
+tests/py/test_fixtures_regen.py runs it into the build dir and compares bytes with the
+committed files.
+"""
+import argparse
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "reference"))
+import pinned  # noqa: E402
+
+pinned.pin()
+
+sys.path.insert(0, HERE)
+import make_goldens  # noqa: E402
+import make_tiny_model  # noqa: E402
+
+# name -> (make_tiny_model preset, model seed, prompt seed, greedy tokens)
+FIXTURES = {
+    "tiny": ("tiny", 1, 1, 32),
+    "tiny-confident": ("tiny-confident", 1, 1, 64),
+}
+
+
+def make(out, name):
+    preset, seed, prompt_seed, n_greedy = FIXTURES[name]
+    d = os.path.join(out, name)
+    cfg, init = make_tiny_model.PRESETS[preset]
+    make_tiny_model.write_model(d, cfg, init, seed)
+    return make_goldens.write(d, prompt_seed, n_greedy)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "fixtures"))
+    ap.add_argument("names", nargs="*", default=list(FIXTURES))
+    a = ap.parse_args()
+    for n in a.names:
+        print(f"== {n}")
+        make_goldens.summary(make(a.out, n))
+
+
+if __name__ == "__main__":
+    main()
