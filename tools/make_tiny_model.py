@@ -82,10 +82,27 @@ DEFAULT_INIT = {
 TINY_CONFIDENT = dict(TINY, index_topk=1024)
 CONFIDENT_INIT = dict(DEFAULT_INIT, embed=3.5, bypass=3.0, gate_bias=4.0)
 
+# The DSpark fixture (dspark spec §10/§16): the tiny target with a three-stage drafter under
+# mtp.0..2. Two heads and four experts (top-2) keep it under 4 MB; taps after layers 2..4 (the
+# last one checks the pre-hc_head tap); HF num_nextn_predict_layers stays 1 as in the real
+# config, the stage count comes from inference/config.json n_mtp_layers (INFERENCE_KEYS).
+TINY_DSPARK = dict(TINY, **{
+    "num_attention_heads": 2, "n_routed_experts": 4,
+    "compress_ratios": [0, 4, 8, 4, 16, 0, 0, 0],
+    "dspark_block_size": 5, "dspark_markov_rank": 16, "dspark_noise_token_id": 255,
+    "dspark_target_layer_ids": [2, 3, 4],
+})
+DSPARK_INIT = dict(DEFAULT_INIT, markov=2.0)
+
 PRESETS = {
     "tiny": (TINY, DEFAULT_INIT),
     "tiny-confident": (TINY_CONFIDENT, CONFIDENT_INIT),
+    "tiny-dspark": (TINY_DSPARK, DSPARK_INIT),
 }
+
+# inference/config.json fields written next to a DSpark config (official names).
+INFERENCE_KEYS = ("dspark_block_size", "dspark_markov_rank", "dspark_noise_token_id",
+                  "dspark_target_layer_ids", "compress_ratios")
 
 
 def rng_for(seed, name):
@@ -101,6 +118,10 @@ def logical_weight(name, shape, cfg, init, seed):
         return g.normal(0.0, init["embed"], shape)
     if name == "head.weight":
         return g.normal(0.0, init["head"] / np.sqrt(d), shape)
+    if name.endswith("markov_w1.weight"):   # an embedding: rows ~ N(0, 1)
+        return g.normal(0.0, 1.0, shape)
+    if name.endswith("markov_w2.weight"):   # bias B(y) = W2 e(y) has std ~ markov
+        return g.normal(0.0, init.get("markov", 1.0) / np.sqrt(shape[1]), shape)
     if name.endswith("attn.compressor.norm.weight"):
         return init["comp_norm"] * (1.0 + g.normal(0.0, init["norm_spread"], shape))
     if name.endswith("norm.weight"):
@@ -248,6 +269,13 @@ def write_model(out_dir, cfg, init, seed, n_shards=2):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
+    if "dspark_target_layer_ids" in cfg:
+        stages = len(cfg["compress_ratios"]) - cfg["num_hidden_layers"]
+        inf = dict({k: cfg[k] for k in INFERENCE_KEYS}, n_mtp_layers=stages)
+        os.makedirs(os.path.join(out_dir, "inference"), exist_ok=True)
+        with open(os.path.join(out_dir, "inference", "config.json"), "w") as f:
+            json.dump(inf, f, indent=2, sort_keys=True)
+            f.write("\n")
 
 
 def resolve(config):
