@@ -24,6 +24,7 @@ import make_tiny_model  # noqa: E402
 FIXTURES = {
     "tiny": ("tiny", 1, 1, 32),
     "tiny-confident": ("tiny-confident", 1, 1, 64),
+    "tiny-dspark": ("tiny-dspark", 1, 1, 32),
 }
 
 
@@ -32,6 +33,8 @@ def make(out, name):
     d = os.path.join(out, name)
     cfg, init = make_tiny_model.PRESETS[preset]
     make_tiny_model.write_model(d, cfg, init, seed)
+    if "dspark_target_layer_ids" in cfg:
+        make_goldens.write_dspark(d, prompt_seed)
     return make_goldens.write(d, prompt_seed, n_greedy)
 
 

@@ -31,6 +31,16 @@ import formats as F  # noqa: E402
 
 f32, f64 = np.float32, np.float64
 
+# Deliberate drafter bugs (each must move the drafter goldens; tools/reference/test_dspark_ref.py).
+MUTATIONS = (
+    'tap_before_layer',    # tap the streams entering the tap layers (the V4.1 rule) not leaving
+    'pos_plus_one',        # block at positions P+1.. (start_pos = P instead of P-1, erratum 5)
+    'causal_block',        # causal attention inside the block instead of bidirectional
+    'markov_parallel',     # Markov bias from the previous slot's base-logit argmax (pitfall P8)
+    'conf_normed',         # confidence from the normed hidden instead of the pre-norm one
+    'no_ctx_fp8',          # context rows without the E4M3 round trip of the non-RoPE dims
+)
+
 
 class DsparkConfig:
     """The drafter's config: dspark_* keys of config.json, n_mtp_layers of
@@ -88,6 +98,17 @@ class Drafter:
         self.markov_w2_T = m.read(ck, 'lin', last + 'markov_head.markov_w2.weight')  # [r, V]
         self.conf_T = m.read(ck, 'lin', last + 'confidence_head.proj.weight')        # [d+r, 1]
         self.trace = None
+        self.mutation = None
+
+    def with_mutation(self, name):
+        if name not in MUTATIONS:
+            raise ValueError(f"unknown drafter mutation {name!r}")
+        d = copy.copy(self)
+        d.mutation = name
+        return d
+
+    def mut(self, name):
+        return self.mutation == name
 
     def with_model(self, model):
         """The same drafter weights on another Variant of the target model."""
@@ -113,9 +134,13 @@ class Drafter:
         m.trace = {}
         try:
             logits = m.forward(st, tokens, start_pos)
-            hidden = np.concatenate([dsv4ref.bf16(dsv4ref.fmean(m.trace[f'L{L}.streams'][-1],
-                                                                axis=1))
-                                     for L in self.dc.taps], axis=1)
+            if self.mut('tap_before_layer'):
+                emb = np.repeat(m.embed[np.asarray(tokens)][:, None, :], m.cfg.hc, axis=1)
+                src = [m.trace[f'L{L - 1}.streams'][-1] if L else emb for L in self.dc.taps]
+            else:
+                src = [m.trace[f'L{L}.streams'][-1] for L in self.dc.taps]
+            hidden = np.concatenate([dsv4ref.bf16(dsv4ref.fmean(x, axis=1)) for x in src],
+                                    axis=1)
         finally:
             m.trace = saved
         return logits, hidden
@@ -131,7 +156,7 @@ class Drafter:
         m, c, w = self.m, self.m.cfg, self.stages[s]
         kv = m.rmsnorm(m.qlinear(x, w['wkv'], f'mtp{s}.wkv'), w['kv_norm'])
         kv = m.rope(kv, pos, m.freq_win)
-        if m.v.kv_fp8 and not m.v.mut('hf_numerics'):
+        if m.v.kv_fp8 and not m.v.mut('hf_numerics') and not self.mut('no_ctx_fp8'):
             kv[:, :c.D - c.R] = F.fp8_qdq(kv[:, :c.D - c.R], dsv4ref.KV_BLOCK)
         return kv
 
@@ -170,6 +195,8 @@ class Drafter:
         ctx = min(c.win, ds.n)
         row = np.concatenate([np.arange(ctx), c.win + np.arange(n)])
         idx = np.repeat(row[None, :], n, axis=0)
+        if self.mut('causal_block'):
+            idx = np.where(idx - c.win > np.arange(n)[:, None], -1, idx)
         o = m.sink_attention(q, bank, idx, w['sink'], f'mtp{s}')
         if not m.v.mut('no_output_derotate'):
             o = m.rope(o, pos, m.freq_win, inverse=True)
@@ -185,7 +212,7 @@ class Drafter:
         if ds.n < 1:
             raise ValueError("drafting needs at least one committed context row")
         ids = np.array([anchor] + [self.dc.noise] * (g - 1), dtype=np.int64)
-        pos = np.arange(ds.n, ds.n + g, dtype=np.int64)
+        pos = np.arange(ds.n, ds.n + g, dtype=np.int64) + self.mut('pos_plus_one')
         X = np.repeat(m.embed[ids][:, None, :], c.hc, axis=1)
         for s, w in enumerate(self.stages):
             y, post, comb = m.hc_pre(X, w['hc_attn'], f'mtp{s}.hc_attn')
@@ -204,19 +231,25 @@ class Drafter:
         e = self.markov_w1[prev]
         return e, self.m.mm(e[None, :], self.markov_w2_T, 'mtp.markov')[0]
 
-    def draft(self, ds, anchor):
+    def draft(self, ds, anchor, chain=None):
         """Greedy proposals for one block: per slot i, z_i = U_i + B(prev_i), d_i = argmax z_i
         (first index on ties), prev_1 = anchor, prev_{i+1} = d_i; confidence c_i =
-        sigmoid(w . [h_i ; e(prev_i)]) (no bias), fp32."""
+        sigmoid(w . [h_i ; e(prev_i)]) (no bias), fp32. chain: force prev_{i+1} = chain[i]
+        (to compare variants along one Markov chain)."""
         h, U = self.backbone(ds, anchor)
         prev, drafts, conf_logit, Z = int(anchor), [], [], []
         for i in range(self.dc.block):
+            if i and chain is not None:
+                prev = int(chain[i - 1])
+            if self.mut('markov_parallel') and i:
+                prev = int(np.argmax(U[i - 1]))
             e, bias = self.markov(prev)
             z = (U[i] + bias).astype(f32)
-            cin = np.concatenate([h[i], e]).astype(f32)
+            hc = self.m.rmsnorm(h[i:i + 1], self.norm)[0] if self.mut('conf_normed') else h[i]
+            cin = np.concatenate([hc, e]).astype(f32)
             conf_logit.append(self.m.mm(cin[None, :], self.conf_T, 'mtp.confidence')[0, 0])
-            prev = int(np.argmax(z))
-            drafts.append(prev)
+            drafts.append(int(np.argmax(z)))
+            prev = drafts[-1]
             Z.append(z)
         cl = np.asarray(conf_logit, dtype=f32)
         return {'drafts': drafts, 'base_logits': U, 'logits': np.stack(Z),
