@@ -35,7 +35,8 @@ void dsv4_fp4_qdq(float *x, size_t n, size_t block);
 struct dsv4_fp8_weight {
     const uint8_t *w;       /* [rows][cols] E4M3 */
     const uint8_t *scale;   /* [ceil(rows/block)][ceil(cols/block)] E8M0 */
-    uint32_t rows, cols, block;
+    uint32_t rows, cols, block; /* block ≥ 1; SIMD twins need block % 16 == 0, else they
+                                   run the scalar reference (same bits) */
 };
 
 struct dsv4_fp4_weight {
@@ -62,6 +63,10 @@ void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx,
                      float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
 void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t nx,
                       float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
+
+/* Accumulation order, NaN/Inf behaviour and the error bound: docs/numerics.md. The
+ * threaded forms (split over a dsv4_pool) are in matvec-mt.h, library
+ * libdsv4kernels_mt. */
 
 /* ---- dispatch ---- */
 enum dsv4_isa {

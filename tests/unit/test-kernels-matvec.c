@@ -376,8 +376,9 @@ static void test_fp8_special_x(void **state)
 static void test_fp4_random_shapes(void **state)
 {
     select_twin(state);
+    /* 16416 columns: past the AVX2 twin's split buffer, which then runs the reference */
     static const uint32_t shapes[][2] = {{1, 32}, {3, 64}, {5, 96}, {17, 32}, {130, 256},
-                                         {4, 2048}, {7, 160}, {2, 4096}};
+                                         {4, 2048}, {7, 160}, {2, 4096}, {3, 16416}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         uint32_t rows = shapes[s][0], cols = shapes[s][1];
         uint8_t *w = malloc((size_t)rows * cols / 2);

@@ -13,6 +13,8 @@
 
 static const struct dsv4ctl_command commands[] = {
     { "version", dsv4ctl_version, "print the version" },
+    { "run", dsv4ctl_run, "generate from token ids in-process (--format ids)" },
+    { "score", dsv4ctl_score, "teacher-forced argmax and log-probabilities (--format tsv)" },
     { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
     { "tokenize", dsv4ctl_tokenize, "print the token ids of a text" },
     { "detokenize", dsv4ctl_detokenize, "print the text of token ids" },

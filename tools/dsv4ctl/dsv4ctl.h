@@ -26,6 +26,8 @@ struct dsv4ctl_command {
 
 /* The subcommands; the table lives in dsv4ctl.c. */
 int dsv4ctl_version(int argc, char **argv);
+int dsv4ctl_run(int argc, char **argv);
+int dsv4ctl_score(int argc, char **argv);
 int dsv4ctl_inspect(int argc, char **argv);
 int dsv4ctl_tokenize(int argc, char **argv);
 int dsv4ctl_detokenize(int argc, char **argv);

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Attention block of every layer kind (spec §9, §12): LoRA query with the
+ * per-head unweighted norm, shared K=V head with FP8 QDQ of the nope dims,
+ * the raw window ring, compressed rows (HCA: all visible; CSA: the indexer's
+ * choice), sink attention with bf16 probabilities, inverse RoPE and the
+ * grouped low-rank output projection. Rows of a chunk are processed
+ * together; every query only sees positions ≤ its own.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Per-head q norm in bf16 arithmetic (squares, mean, rsqrt, product). */
+static void head_norm_bf16(float *q, int d, float eps)
+{
+    float ss = 0.0f;
+    for (int i = 0; i < d; i++)
+        ss += dsv4_bf16_round(q[i] * q[i]);
+    float mean = dsv4_bf16_round(ss / (float)d);
+    float rs = dsv4_bf16_round(1.0f / sqrtf(dsv4_bf16_round(mean + eps)));
+    for (int i = 0; i < d; i++)
+        q[i] = dsv4_bf16_round(q[i] * rs);
+}
+
+struct attn_job {
+    dsv4_session *s;
+    const float *sink;
+    int n;
+};
+
+/*
+ * One (query row, head): online softmax over the index list in blocks of 64
+ * entries (NULL = empty slot). P is rounded to bf16 against the running
+ * maximum of its block (errata 4) for P·V, the denominator keeps the fp32
+ * values, and the sink joins the denominator at the end. Block sums are
+ * carried in double and rounded once, like the reference's.
+ */
+static void attend_one(dsv4_session *s, int r, int h, const float *sink, float *tmp)
+{
+    const struct dsv4_config *c = &s->e->cfg;
+    int D = c->head_dim, nv = s->s.nvis[r];
+    const float *q = s->s.q + ((size_t)r * c->n_heads + h) * D;
+    const float **vis = s->s.vis + (size_t)r * (s->max_visible + s->ring_cap);
+    double *pv = (double *)(void *)tmp;
+    float *acc = tmp + 2 * D, *sc = tmp + 3 * D;
+    float scale = (float)c->attn_scale;
+    memset(acc, 0, (size_t)D * sizeof(float));
+    float m = -INFINITY, l = 0.0f;
+    for (int b0 = 0; b0 < nv; b0 += 64) {
+        int b1 = DSV4_MIN(nv, b0 + 64);
+        float bm = m;
+        for (int j = b0; j < b1; j++) {
+            if (!vis[j]) {
+                sc[j - b0] = -INFINITY;
+                continue;
+            }
+            double dot = 0.0;
+            for (int k = 0; k < D; k++)
+                dot += (double)q[k] * vis[j][k];
+            sc[j - b0] = (float)dot * scale;
+            bm = fmaxf(bm, sc[j - b0]);
+        }
+        if (bm == -INFINITY)
+            continue;
+        float alpha = (float)exp((double)(m - bm));
+        double bsum = 0.0;
+        memset(pv, 0, (size_t)D * sizeof(double));
+        for (int j = b0; j < b1; j++) {
+            if (!vis[j])
+                continue;
+            float p = (float)exp((double)(sc[j - b0] - bm));
+            bsum += p;
+            double pb = dsv4_bf16_round(p);
+            for (int k = 0; k < D; k++)
+                pv[k] += pb * vis[j][k];
+        }
+        l = l * alpha + (float)bsum;
+        for (int k = 0; k < D; k++)
+            acc[k] = acc[k] * alpha + (float)pv[k];
+        m = bm;
+    }
+    float den = l + (float)exp((double)(sink[h] - m));
+    float *o = s->s.o + ((size_t)r * c->n_heads + h) * D;
+    for (int k = 0; k < D; k++)
+        o[k] = dsv4_bf16_round(acc[k] / den);
+}
+
+static void attn_worker(void *ctx, int worker, int n_workers)
+{
+    const struct attn_job *j = ctx;
+    dsv4_session *s = j->s;
+    int H = s->e->cfg.n_heads;
+    unsigned long b, en;
+    dsv4_pool_split((unsigned long)j->n * H, 1, worker, n_workers, &b, &en);
+    float *tmp = s->s.attn_tmp + (size_t)worker * (3 * s->e->cfg.head_dim + 64);
+    for (unsigned long i = b; i < en; i++)
+        attend_one(s, (int)(i / H), (int)(i % H), j->sink, tmp);
+}
+
+/*
+ * Index list of query t in the official decode layout: `window` slots oldest
+ * first (empty slots, NULL, at the end until the window has filled), then
+ * the compressed rows (HCA ascending; CSA in the indexer's order).
+ */
+static void build_visible(dsv4_session *s, int layer, int r, int64_t t)
+{
+    const struct dsv4_config *c = &s->e->cfg;
+    const struct layer_w *lw = &s->e->layers[layer];
+    const struct layer_state *st = &s->ls[layer];
+    const float **vis = s->s.vis + (size_t)r * (s->max_visible + s->ring_cap);
+    int nv = 0, D = c->head_dim;
+    int64_t p0 = t - c->window + 1 < 0 ? 0 : t - c->window + 1;
+    for (int64_t p = p0; p < p0 + c->window; p++)
+        vis[nv++] = p <= t ? st->ring + (size_t)(p % s->ring_cap) * D : NULL;
+    if (lw->kind == DSV4_ATTN_HCA) {
+        int64_t nrow = (t + 1) / lw->ratio;
+        for (int64_t w = 0; w < nrow; w++)
+            vis[nv++] = st->rows + (size_t)w * D;
+    } else if (lw->kind == DSV4_ATTN_CSA) {
+        const int *sel = s->s.sel + (size_t)r * s->max_visible;
+        for (int i = 0; i < s->s.nsel[r]; i++)
+            vis[nv++] = sel[i] < 0 ? NULL : st->rows + (size_t)sel[i] * D;
+    }
+    s->s.nvis[r] = nv;
+}
+
+void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
+                     float *out)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    const struct layer_w *lw = &e->layers[layer];
+    struct layer_state *st = &s->ls[layer];
+    struct scratch *sc = &s->s;
+    int H = c->n_heads, D = c->head_dim, R = c->rope_head_dim;
+    float eps = (float)c->norm_eps;
+    const struct rope_table *rope = lw->kind == DSV4_ATTN_WINDOW ? &e->rope_plain : &e->rope_comp;
+
+    qlinear_fp8(e, &lw->wq_a, a, n, sc->xq, sc->qa);
+    rmsnorm_rows(sc->qr, sc->qa, lw->q_norm, n, c->q_lora_rank, eps);
+    qlinear_fp8(e, &lw->wq_b, sc->qr, n, sc->xq, sc->q);
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < H; h++) {
+            float *qh = sc->q + ((size_t)r * H + h) * D;
+            head_norm_bf16(qh, D, eps);
+            rope_apply(rope, R / 2, qh + D - R, pos0 + r, false);
+        }
+    qlinear_fp8(e, &lw->wkv, a, n, sc->xq, sc->kv);
+    rmsnorm_rows(sc->kv, sc->kv, lw->kv_norm, n, D, eps);
+    for (int r = 0; r < n; r++) {
+        float *kv = sc->kv + (size_t)r * D;
+        rope_apply(rope, R / 2, kv + D - R, pos0 + r, false);
+        dsv4_fp8_qdq(kv, (size_t)(D - R), 64);
+        memcpy(st->ring + (size_t)((pos0 + r) % s->ring_cap) * D, kv, (size_t)D * sizeof(float));
+    }
+    if (lw->kind == DSV4_ATTN_CSA) {
+        compressor_append(s, &lw->icomp, st->icin, st->cin_cap, st->irows, c->index_head_dim,
+                          true, a, n, pos0, rope);
+        indexer_select(s, layer, a, sc->qr, n, pos0);
+    }
+    if (lw->kind != DSV4_ATTN_WINDOW)
+        compressor_append(s, &lw->comp, st->cin, st->cin_cap, st->rows, D, false, a, n, pos0,
+                          rope);
+
+    for (int r = 0; r < n; r++)
+        build_visible(s, layer, r, pos0 + r);
+    struct attn_job job = { s, lw->attn_sink, n };
+    uint64_t work = 0;
+    for (int r = 0; r < n; r++)
+        work += (uint64_t)sc->nvis[r] * H * D;
+    if (dsv4_pool_size(e->pool) == 1 || work < (1u << 20))
+        attn_worker(&job, 0, 1);
+    else
+        dsv4_pool_run(e->pool, attn_worker, &job);
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < H; h++)
+            rope_apply(rope, R / 2, sc->o + ((size_t)r * H + h) * D + D - R, pos0 + r, true);
+
+    /* grouped output LoRA: group g reads heads g*H/G.. as one wo_a_in vector; no act-quant */
+    int G = c->o_groups, olr = c->o_lora_rank, in = c->wo_a_in;
+    for (int g = 0; g < G; g++) {
+        for (int r = 0; r < n; r++)
+            memcpy(sc->xq + (size_t)r * in, sc->o + (size_t)r * H * D + (size_t)g * in,
+                   (size_t)in * sizeof(float));
+        linear_fp8_range(e, &lw->wo_a, (uint32_t)(g * olr), (uint32_t)((g + 1) * olr), sc->xq, n,
+                         sc->low, (size_t)G * olr);
+    }
+    dsv4_bf16_round_vec(sc->low, (size_t)n * G * olr);
+    qlinear_fp8(e, &lw->wo_b, sc->low, n, sc->xq, out);
+}

@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * KV compressors (spec §10): the main compressor of CSA/HCA layers and the
+ * indexer's own compressor. Instead of the reference's rolling kv/score
+ * state, the per-position inputs (kvp and score+ape) live in a
+ * position-addressed ring; a window is pooled from that ring when its last
+ * token arrives. The pooled arithmetic is the same as the streaming state's,
+ * and rolling back is only a change of position (docs/ARCHITECTURE.md).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Pool window w: softmax over slots per channel, then bf16, norm, rope, QDQ. */
+static void pool_window(dsv4_session *s, const struct compressor_w *cw, const float *cin,
+                        int cin_cap, int64_t w, float *row, bool indexer,
+                        const struct rope_table *rope)
+{
+    const struct dsv4_config *c = &s->e->cfg;
+    int r = cw->ratio, cc = cw->c, width = cw->coff * cw->c;
+    int nslot = cw->coff * r;
+    /* slot j < r (overlap only): previous window, A half; else current window, B half */
+    for (int ch = 0; ch < cc; ch++) {
+        float mx = -INFINITY;
+        for (int j = 0; j < nslot; j++) {
+            int64_t p;
+            int off;
+            if (cw->coff == 2 && j < r) {
+                if (w == 0)
+                    continue;
+                p = (w - 1) * r + j;
+                off = ch;
+            } else {
+                p = w * r + (j - (cw->coff - 1) * r);
+                off = (cw->coff - 1) * cc + ch;
+            }
+            const float *in = cin + (size_t)(p % cin_cap) * 2 * width;
+            s->s.pooltmp[2 * j] = in[width + off];
+            s->s.pooltmp[2 * j + 1] = in[off];
+            mx = fmaxf(mx, in[width + off]);
+        }
+        /* fp32 softmax terms, sums carried in double and rounded once (reference fsum) */
+        double sum = 0.0;
+        int j0 = (cw->coff == 2 && w == 0) ? r : 0;
+        for (int j = j0; j < nslot; j++) {
+            float ex = (float)exp((double)(s->s.pooltmp[2 * j] - mx));
+            s->s.pooltmp[2 * j] = ex;
+            sum += ex;
+        }
+        float fsum = (float)sum;
+        double acc = 0.0;
+        for (int j = j0; j < nslot; j++)
+            acc += (double)(s->s.pooltmp[2 * j] / fsum * s->s.pooltmp[2 * j + 1]);
+        row[ch] = dsv4_bf16_round((float)acc);
+    }
+    rmsnorm_rows(row, row, cw->norm, 1, cc, (float)c->norm_eps);
+    int R = c->rope_head_dim;
+    rope_apply(rope, R / 2, row + cc - R, w * r, false);
+    if (indexer) {
+        hadamard_inplace(row, cc);
+        dsv4_fp4_qdq(row, (size_t)cc, 32);
+    } else {
+        dsv4_fp8_qdq(row, (size_t)(cc - R), 64);
+    }
+}
+
+void compressor_append(dsv4_session *s, const struct compressor_w *cw, float *cin, int cin_cap,
+                       float *rows, int row_dim, bool indexer, const float *a, int n,
+                       int64_t pos0, const struct rope_table *rope)
+{
+    dsv4_engine *e = s->e;
+    int width = cw->coff * cw->c;
+    float *kvp = s->s.cproj, *sc = s->s.cproj + (size_t)n * width;
+    linear_bf16(e, &cw->wkv, a, n, kvp);
+    linear_bf16(e, &cw->wgate, a, n, sc);
+    for (int i = 0; i < n; i++) {
+        int64_t t = pos0 + i;
+        float *dst = cin + (size_t)(t % cin_cap) * 2 * width;
+        const float *ape = cw->ape + (size_t)(t % cw->ratio) * width;
+        memcpy(dst, kvp + (size_t)i * width, (size_t)width * sizeof(float));
+        for (int k = 0; k < width; k++)
+            dst[width + k] = sc[(size_t)i * width + k] + ape[k];
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t t = pos0 + i;
+        if ((t + 1) % cw->ratio != 0)
+            continue;
+        int64_t w = t / cw->ratio;
+        pool_window(s, cw, cin, cin_cap, w, rows + (size_t)w * row_dim, indexer, rope);
+    }
+}

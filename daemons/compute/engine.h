@@ -1,0 +1,81 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The DeepSeek-V4 target forward pass: public API of libdsv4engine.
+ *
+ * An engine owns the resident weights of one checkpoint (native FP8/FP4/BF16
+ * formats), the thread pool and the routed-expert provider. A session owns
+ * the per-sequence state (window ring, compressed rows, compressor and
+ * indexer inputs) sized once from the config and a maximum context. Feeding
+ * tokens advances the session; any position reached since the last snapshot
+ * (at most max_rollback positions back) can be restored exactly, without
+ * recomputation (docs/ARCHITECTURE.md, "Session state and rollback").
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "config.h"
+#include "err.h"
+#include "expert.h"
+
+typedef struct dsv4_engine dsv4_engine;
+typedef struct dsv4_session dsv4_session;
+
+struct dsv4_engine_opts {
+    int n_threads;                  /* workers incl. the caller; 0 → 1 */
+    uint64_t expert_cache_bytes;    /* in-process provider LRU budget; 0 → 1 GiB */
+    /* Optional external provider (the fetcher daemon); NULL → in-process pread + LRU. */
+    const struct dsv4_expert_provider *experts;
+};
+
+int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
+                     dsv4_engine **ret, struct dsv4_err *err);
+dsv4_engine *dsv4_engine_free(dsv4_engine *e);
+const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e);
+/* Statistics of the in-process expert cache; -ENOENT with an external provider. */
+int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret);
+
+struct dsv4_session_opts {
+    int64_t max_ctx;        /* positions the session can hold; 0 → 4096 */
+    int chunk;              /* prefill rows per batched step; 0 → 64 */
+    int max_rollback;       /* positions a rollback may undo; 0 → 16 */
+};
+
+int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
+                     dsv4_session **ret, struct dsv4_err *err);
+dsv4_session *dsv4_session_free(dsv4_session *s);
+/* Forget the sequence: position 0, empty state, snapshot at 0. */
+void dsv4_session_reset(dsv4_session *s);
+/* Number of positions processed so far (= position of the next token). */
+int64_t dsv4_session_pos(const dsv4_session *s);
+
+enum dsv4_logits_mode {
+    DSV4_LOGITS_NONE,   /* state only */
+    DSV4_LOGITS_LAST,   /* logits[vocab] of the last fed token */
+    DSV4_LOGITS_ALL,    /* logits[n][vocab], one row per fed token */
+};
+
+/*
+ * Run `n` tokens at positions pos..pos+n-1 (batched in chunks of the
+ * session's chunk size). Every row is computed with the same arithmetic
+ * whatever the chunking, so the result does not depend on how a sequence is
+ * split into calls. Returns 0 or a negative errno (-ERANGE past max_ctx,
+ * -EINVAL for a token outside the vocabulary, provider errors).
+ */
+int dsv4_session_forward(dsv4_session *s, const int32_t *tokens, int n,
+                         enum dsv4_logits_mode mode, float *logits, struct dsv4_err *err);
+
+/* Remember the current position as the base of later rollbacks. */
+void dsv4_session_snapshot(dsv4_session *s);
+/*
+ * Restore the state to what it was right after position pos-1 (i.e. the
+ * next token goes to `pos`). Valid for snapshot ≤ pos ≤ current and
+ * current − pos ≤ max_rollback; -ERANGE otherwise. O(1): the state is
+ * position-addressed, rolling back only moves the position.
+ */
+int dsv4_session_rollback(dsv4_session *s, int64_t pos, struct dsv4_err *err);
+
+/* Greedy choice with the documented tie rule (lower id wins). */
+int32_t dsv4_argmax(const float *logits, int n);
+/* log-softmax of logits[token] over n entries (fp64 accumulation). */
+double dsv4_log_softmax_at(const float *logits, int n, int32_t token);

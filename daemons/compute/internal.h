@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Private structures of libdsv4engine shared by its files: resident weights
+ * per layer, the engine, the session state and per-chunk scratch, and the
+ * small math helpers (ops.c) every step uses. Activations are fp32 arrays
+ * holding bf16-representable values wherever the reference rounds (spec
+ * §16.4); rows of a chunk are contiguous ([n][width]).
+ */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "engine.h"
+#include "expert.h"
+#include "kernels.h"
+#include "safetensors.h"
+#include "threadpool.h"
+
+/* ---- weights ---- */
+
+struct compressor_w {
+    int ratio, coff, c;             /* head dim c; coff = 2 for overlapping ratio 4 */
+    struct dsv4_bf16_weight wkv, wgate;   /* [coff*c][dim] */
+    float *ape;                     /* [ratio][coff*c] */
+    float *norm;                    /* [c] */
+};
+
+struct layer_w {
+    enum dsv4_attn_kind kind;
+    int ratio;
+    bool hashed;
+    float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+    float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+    float *attn_norm, *ffn_norm, *q_norm, *kv_norm, *attn_sink;
+    struct dsv4_fp8_weight wq_a, wq_b, wkv, wo_a, wo_b;
+    struct compressor_w comp;       /* ratio != 0 */
+    struct compressor_w icomp;      /* CSA only */
+    struct dsv4_fp8_weight iwq_b;   /* CSA only */
+    struct dsv4_bf16_weight weights_proj;   /* CSA only */
+    struct dsv4_bf16_weight gate;
+    float *gate_bias;               /* non-hash layers */
+    int32_t *tid2eid;               /* hash layers: [vocab][n_activated] */
+    struct dsv4_fp8_weight sh_w1, sh_w2, sh_w3;
+};
+
+struct rope_table {
+    float *freq;                    /* [rope_head_dim / 2] */
+};
+
+struct dsv4_engine {
+    struct dsv4_config cfg;
+    dsv4_checkpoint *ckpt;
+    dsv4_pool *pool;
+    dsv4_expert_cache *cache;       /* NULL with an external provider */
+    struct dsv4_expert_provider experts;
+    struct dsv4_bf16_weight embed, head;
+    float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;
+    struct layer_w *layers;
+    struct rope_table rope_plain, rope_comp;   /* ratio-0 and compressed layers */
+    void **allocs;                  /* every weight buffer, freed with the engine */
+    size_t n_allocs, cap_allocs;
+};
+
+/* ---- session ---- */
+
+struct layer_state {
+    float *ring;        /* [ring_cap][head_dim] raw KV, slot = pos mod ring_cap */
+    float *cin;         /* [cin_cap][2*coff*c] compressor inputs kvp | score(+ape) */
+    float *rows;        /* [max_rows][head_dim] compressed rows (row w at index w) */
+    float *icin;        /* CSA: [cin_cap][2*coff*ic] indexer compressor inputs */
+    float *irows;       /* CSA: [max_rows][index_head_dim] indexer keys */
+    int cin_cap, max_rows;
+};
+
+struct scratch {
+    float *x;           /* [n][hc*dim] streams */
+    float *y, *a;       /* [n][dim] */
+    float *xq;          /* [n][max_in] quantised copy of a linear's input */
+    float *post, *comb; /* [n][hc], [n][hc*hc] */
+    float *qa, *qr;     /* [n][q_lora] */
+    float *q, *o;       /* [n][H*D] */
+    float *kv;          /* [n][D] */
+    float *low;         /* [n][G*o_lora] */
+    float *out;         /* [n][dim] */
+    float *cproj;       /* [n][2*coff*max_c] compressor projections */
+    float *qi;          /* [n][ih*ihd] */
+    float *wt;          /* [n][ih] */
+    float *iscore;      /* [2 * max_rows] (score, index) pairs */
+    int *sel;           /* [n][max_visible] indices of visible compressed rows */
+    int *nsel;          /* [n] */
+    const float **vis;  /* [n][max_visible + window] visible rows per query */
+    int *nvis;          /* [n] */
+    float *attn_tmp;    /* [n_workers][3*head_dim + 64] double P·V, acc, block scores */
+    float *rlogit;      /* [n][n_routed] */
+    int *rsel;          /* [n][k] routed experts per row */
+    float *rw;          /* [n][k] their weights */
+    float *eout;        /* [n][k][dim] routed expert outputs */
+    int *ids;           /* [n_routed] union of a chunk's experts */
+    int *slot;          /* [n*k] (row, choice) of each gathered row */
+    const struct dsv4_expert_weights **ew;  /* [n_routed] leased experts */
+    float *sout;        /* [n][dim] shared expert output */
+    float *gx;          /* [n*k][dim] gathered rows of one expert */
+    float *g, *u;       /* [n][inter] */
+    float *pooltmp;     /* [2*ratio_max][...] pooling temp */
+};
+
+struct dsv4_session {
+    dsv4_engine *e;
+    int64_t pos, snap, max_ctx;
+    int chunk, max_rollback, ring_cap, max_visible;
+    struct layer_state *ls;
+    struct scratch s;
+};
+
+/* ---- ops.c: helpers shared by the steps ---- */
+void engine_track(dsv4_engine *e, void *p);
+/* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
+void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
+/* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */
+void linear_fp8_range(dsv4_engine *e, const struct dsv4_fp8_weight *w, uint32_t begin,
+                      uint32_t end, const float *x, int n, float *y, size_t ldy);
+void linear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n, float *y);
+void linear_bf16(dsv4_engine *e, const struct dsv4_bf16_weight *w, const float *x, int n,
+                 float *y);
+/* Q(W)(x): FP8 activation fake-quant (block 128) into xq, matvec, bf16 output. */
+void qlinear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n,
+                 float *xq, float *y);
+void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n,
+                 float *xq, float *y);
+/* bf16(w ⊙ x / rms(x)) over n rows of width d; w may be NULL (unweighted, fp32). */
+void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps);
+/* rotate the last 2*npairs dims of x (pairs interleaved) at position pos; bf16 result */
+void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, bool inverse);
+void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yarn);
+void hadamard_inplace(float *x, int n);
+float sigmoidf_(float x);
+
+/* ---- step entry points ---- */
+void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
+             const float *scale, int n, float *y, float *post, float *comb);
+void mhc_post(const dsv4_engine *e, const float *out, float *x, const float *post,
+              const float *comb, int n);
+void mhc_head(const dsv4_engine *e, const float *x, int n, float *y);
+void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
+                     float *out);
+void compressor_append(dsv4_session *s, const struct compressor_w *cw, float *cin, int cin_cap,
+                       float *rows, int row_dim, bool indexer, const float *a, int n,
+                       int64_t pos0, const struct rope_table *rope);
+void indexer_select(dsv4_session *s, int layer, const float *a, const float *qr, int n,
+                    int64_t pos0);
+int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
+              float *out, struct dsv4_err *err);
+void head_logits(dsv4_session *s, const float *x, int n, float *logits);

@@ -1,0 +1,153 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Mixture of experts (spec §14): sqrt-softplus router with the bias used
+ * only for selection (or the token-id hash table in the first layers),
+ * routed FP4 experts leased from the provider once per chunk for the union
+ * of the rows' choices, the FP8 shared expert, SwiGLU with clamps, routing
+ * weight applied before w2, and the fp32 sum in ascending expert id with
+ * the shared expert last.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* sqrt(softplus(x)), each step in double rounded to fp32 like the reference */
+static float sqrt_softplus(float x)
+{
+    float sp = x > 20.0f ? x : (float)log1p(exp((double)x));
+    return (float)sqrt((double)sp);
+}
+
+/* h = silu(min(g, L)) * clamp(u, ±L) * w, then bf16 (the input of w2). */
+static void swiglu(float *g, const float *u, int n, float limit, float w)
+{
+    for (int i = 0; i < n; i++) {
+        float gg = g[i], uu = u[i];
+        if (limit > 0) {
+            gg = fminf(gg, limit);
+            uu = fminf(fmaxf(uu, -limit), limit);
+        }
+        float h = (float)((double)gg / (1.0 + exp(-(double)gg))) * uu;
+        g[i] = dsv4_bf16_round(w * h);
+    }
+}
+
+/* Router: sel[r][0..k) ascending expert id, wts in the same order. */
+static void route(dsv4_session *s, const struct layer_w *lw, const float *f,
+                  const int32_t *tokens, int n)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    int E = c->n_routed_experts, K = c->n_activated_experts;
+    struct scratch *sc = &s->s;
+    linear_bf16(e, &lw->gate, f, n, sc->rlogit);
+    for (int r = 0; r < n; r++) {
+        float *sco = sc->rlogit + (size_t)r * E;
+        int *sel = sc->rsel + (size_t)r * K;
+        for (int i = 0; i < E; i++)
+            sco[i] = sqrt_softplus(sco[i]);
+        if (lw->hashed) {
+            memcpy(sel, lw->tid2eid + (size_t)tokens[r] * K, (size_t)K * sizeof(int));
+        } else {
+            /* top-K of score+bias; a strictly larger value wins, ties → lower id */
+            for (int k = 0; k < K; k++) {
+                int best = -1;
+                float bv = -INFINITY;
+                for (int i = 0; i < E; i++) {
+                    bool taken = false;
+                    for (int j = 0; j < k; j++)
+                        taken |= sel[j] == i;
+                    float v = sco[i] + lw->gate_bias[i];
+                    if (!taken && (best < 0 || v > bv)) {
+                        best = i;
+                        bv = v;
+                    }
+                }
+                sel[k] = best;
+            }
+        }
+        /* ascending id: the order of the reference's expert loop */
+        for (int i = 1; i < K; i++)
+            for (int j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
+                int t = sel[j];
+                sel[j] = sel[j - 1];
+                sel[j - 1] = t;
+            }
+        double sum = 0.0;
+        for (int k = 0; k < K; k++)
+            sum += sco[sel[k]];
+        for (int k = 0; k < K; k++)
+            sc->rw[(size_t)r * K + k] = sco[sel[k]] / (float)sum * (float)c->route_scale;
+        /* a repeated hash id counts once (the reference's expert loop); its weight stays
+         * in the normaliser */
+        for (int k = 1, prev = sel[0]; k < K; k++) {
+            if (sel[k] == prev)
+                sel[k] = -1;
+            else
+                prev = sel[k];
+        }
+    }
+}
+
+int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
+              float *out, struct dsv4_err *err)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    const struct layer_w *lw = &e->layers[layer];
+    struct scratch *sc = &s->s;
+    int E = c->n_routed_experts, K = c->n_activated_experts, d = c->dim;
+    int I = c->moe_inter_dim;
+    float limit = (float)c->swiglu_limit;
+
+    route(s, lw, f, tokens, n);
+
+    /* union of the chunk's experts, ascending */
+    int *ids = sc->ids, *slot = sc->slot;
+    int nu = 0;
+    for (int i = 0; i < E; i++)
+        for (int r = 0; r < n * K; r++)
+            if (sc->rsel[r] == i) {
+                ids[nu++] = i;
+                break;
+            }
+    const struct dsv4_expert_weights **ew = sc->ew;
+    int rc = e->experts.acquire(e->experts.ctx, layer, ids, nu, ew, err);
+    if (rc < 0)
+        return rc;
+    for (int u = 0; u < nu; u++) {
+        int m = 0;
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < K; k++)
+                if (sc->rsel[r * K + k] == ids[u]) {
+                    memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d, (size_t)d * sizeof(float));
+                    slot[m++] = r * K + k;
+                }
+        qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
+        qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
+        for (int i = 0; i < m; i++)
+            swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
+        qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
+        for (int i = 0; i < m; i++)
+            memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
+                   (size_t)d * sizeof(float));
+    }
+    e->experts.release(e->experts.ctx, layer, ids, nu);
+
+    qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
+    qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);
+    for (int r = 0; r < n; r++)
+        swiglu(sc->g + (size_t)r * I, sc->u + (size_t)r * I, I, limit, 1.0f);
+    qlinear_fp8(e, &lw->sh_w2, sc->g, n, sc->xq, sc->sout);
+
+    for (int r = 0; r < n; r++)
+        for (int j = 0; j < d; j++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                if (sc->rsel[r * K + k] >= 0)
+                    acc += sc->eout[((size_t)r * K + k) * d + j];
+            out[(size_t)r * d + j] = dsv4_bf16_round(acc + sc->sout[(size_t)r * d + j]);
+        }
+    return 0;
+}

@@ -1,0 +1,204 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Small shared math of the forward pass: threaded linears over the native
+ * weight formats (output rows split across the pool; each worker runs every
+ * activation row of the chunk so a weight row is read once per chunk),
+ * activation fake-quant wrappers, RMSNorm, RoPE with YaRN, Hadamard.
+ * Rounding points follow spec §16.4.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util.h"
+
+void engine_track(dsv4_engine *e, void *p)
+{
+    if (e->n_allocs == e->cap_allocs) {
+        e->cap_allocs = e->cap_allocs ? 2 * e->cap_allocs : 256;
+        e->allocs = dsv4_xrealloc(e->allocs, e->cap_allocs * sizeof(*e->allocs));
+    }
+    e->allocs[e->n_allocs++] = p;
+}
+
+enum mv_kind { MV_FP8, MV_FP4, MV_BF16 };
+
+struct mv_job {
+    enum mv_kind kind;
+    const void *w;
+    const float *x;
+    size_t nx;
+    float *y;
+    size_t ldy;
+    uint32_t begin, end;
+    const struct dsv4_kernel_ops *ops;
+};
+
+static void mv_worker(void *ctx, int worker, int n_workers)
+{
+    const struct mv_job *j = ctx;
+    unsigned long b, en;
+    dsv4_pool_split(j->end - j->begin, 16, worker, n_workers, &b, &en);
+    if (b >= en)
+        return;
+    b += j->begin;
+    en += j->begin;
+    switch (j->kind) {
+    case MV_FP8:
+        j->ops->matvec_fp8(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
+        break;
+    case MV_FP4:
+        j->ops->matvec_fp4(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
+        break;
+    case MV_BF16:
+        j->ops->matvec_bf16(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
+        break;
+    }
+}
+
+/* Below this many multiply-adds a pool round trip costs more than it saves. */
+#define PARALLEL_MIN_MACS (1u << 20)
+
+static void run_mv(dsv4_engine *e, enum mv_kind k, const void *w, uint32_t begin, uint32_t end,
+                   const float *x, int n, float *y, size_t ldy)
+{
+    struct mv_job j = { k, w, x, (size_t)n, y, ldy, begin, end, dsv4_kernel_ops() };
+    if (n <= 0 || begin >= end)
+        return;
+    uint32_t cols = k == MV_FP8    ? ((const struct dsv4_fp8_weight *)w)->cols
+                    : k == MV_FP4  ? ((const struct dsv4_fp4_weight *)w)->cols
+                                   : ((const struct dsv4_bf16_weight *)w)->cols;
+    uint64_t macs = (uint64_t)(end - begin) * cols * (uint64_t)n;
+    if (dsv4_pool_size(e->pool) == 1 || end - begin < 64 || macs < PARALLEL_MIN_MACS)
+        mv_worker(&j, 0, 1);
+    else
+        dsv4_pool_run(e->pool, mv_worker, &j);
+}
+
+void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y)
+{
+    run_mv(e, MV_FP8, w, 0, w->rows, x, n, y, w->rows);
+}
+
+void linear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n, float *y)
+{
+    run_mv(e, MV_FP4, w, 0, w->rows, x, n, y, w->rows);
+}
+
+void linear_bf16(dsv4_engine *e, const struct dsv4_bf16_weight *w, const float *x, int n,
+                 float *y)
+{
+    run_mv(e, MV_BF16, w, 0, w->rows, x, n, y, w->rows);
+}
+
+void linear_fp8_range(dsv4_engine *e, const struct dsv4_fp8_weight *w, uint32_t begin,
+                      uint32_t end, const float *x, int n, float *y, size_t ldy)
+{
+    run_mv(e, MV_FP8, w, begin, end, x, n, y, ldy);
+}
+
+static void quant_rows(float *xq, const float *x, int n, uint32_t cols)
+{
+    memcpy(xq, x, (size_t)n * cols * sizeof(float));
+    for (int r = 0; r < n; r++)
+        dsv4_fp8_qdq(xq + (size_t)r * cols, cols, 128);
+}
+
+void qlinear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n,
+                 float *xq, float *y)
+{
+    quant_rows(xq, x, n, w->cols);
+    linear_fp8(e, w, xq, n, y);
+    dsv4_bf16_round_vec(y, (size_t)n * w->rows);
+}
+
+void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n,
+                 float *xq, float *y)
+{
+    quant_rows(xq, x, n, w->cols);
+    linear_fp4(e, w, xq, n, y);
+    dsv4_bf16_round_vec(y, (size_t)n * w->rows);
+}
+
+void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps)
+{
+    for (int r = 0; r < n; r++) {
+        const float *xr = x + (size_t)r * d;
+        float *yr = y + (size_t)r * d;
+        /* mean of the fp32 squares carried in double, rounded once (reference fmean) */
+        double ss = 0.0;
+        for (int i = 0; i < d; i++)
+            ss += (double)(xr[i] * xr[i]);
+        float ms = (float)(ss / d) + eps;
+        float inv = (float)(1.0 / sqrt((double)ms));
+        for (int i = 0; i < d; i++)
+            yr[i] = dsv4_bf16_round(w ? w[i] * (xr[i] * inv) : xr[i] * inv);
+    }
+}
+
+void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yarn)
+{
+    const struct dsv4_config *c = &e->cfg;
+    int np = c->rope_head_dim / 2;
+    int dim = c->rope_head_dim;
+    t->freq = dsv4_xcalloc((size_t)np, sizeof(float));
+    engine_track(e, t->freq);
+    double lo = 0, hi = 0;
+    yarn = yarn && c->original_seq_len > 0;
+    if (yarn) {
+        lo = floor(dim * log(c->original_seq_len / (c->beta_fast * 2 * M_PI)) / (2 * log(base)));
+        hi = ceil(dim * log(c->original_seq_len / (c->beta_slow * 2 * M_PI)) / (2 * log(base)));
+        lo = DSV4_MAX(lo, 0.0);
+        hi = DSV4_MIN(hi, (double)(dim - 1));
+        if (lo == hi)
+            hi += 0.001;
+    }
+    /* fp32 steps as in the official precompute_freqs_cis */
+    for (int j = 0; j < np; j++) {
+        float ex = (float)(2 * j) / (float)dim;
+        float f = 1.0f / (float)pow(base, (double)ex);
+        if (yarn) {
+            float ramp = ((float)j - (float)lo) / (float)(hi - lo);
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float smooth = 1.0f - ramp;
+            f = f / (float)c->rope_factor * (1.0f - smooth) + f * smooth;
+        }
+        t->freq[j] = f;
+    }
+}
+
+void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, bool inverse)
+{
+    for (int i = 0; i < npairs; i++) {
+        float ang = (float)pos * t->freq[i];
+        float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
+        if (inverse)
+            sn = -sn;
+        float x0 = x[2 * i], x1 = x[2 * i + 1];
+        x[2 * i] = dsv4_bf16_round(x0 * cs - x1 * sn);
+        x[2 * i + 1] = dsv4_bf16_round(x0 * sn + x1 * cs);
+    }
+}
+
+/* Sylvester-order butterfly in double (exact for bf16 inputs), fp32, scale, bf16. */
+void hadamard_inplace(float *x, int n)
+{
+    double v[1024];
+    for (int i = 0; i < n; i++)
+        v[i] = x[i];
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                double a = v[j], b = v[j + h];
+                v[j] = a + b;
+                v[j + h] = a - b;
+            }
+    float s = (float)(1.0 / sqrt((double)n));
+    for (int i = 0; i < n; i++)
+        x[i] = dsv4_bf16_round((float)v[i] * s);
+}
+
+float sigmoidf_(float x)
+{
+    return (float)(1.0 / (1.0 + exp(-(double)x)));
+}

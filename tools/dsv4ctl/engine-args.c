@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Shared option parsing and engine setup of `dsv4ctl run` and `dsv4ctl score`.
+ */
+#include "engine-args.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dsv4ctl.h"
+#include "util.h"
+
+static bool parse_long(const char *s, long long lo, long long hi, long long *ret)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return false;
+    *ret = v;
+    return true;
+}
+
+static bool parse_ids(const char *s, struct engine_args *a)
+{
+    int cap = 16;
+    a->prompt = dsv4_xmalloc((size_t)cap * sizeof(int32_t));
+    a->n_prompt = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
+            return false;
+        if (a->n_prompt == cap) {
+            cap *= 2;
+            a->prompt = dsv4_xrealloc(a->prompt, (size_t)cap * sizeof(int32_t));
+        }
+        a->prompt[a->n_prompt++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+        if (*end && !*p)
+            return false;
+    }
+    return a->n_prompt > 0;
+}
+
+int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
+{
+    enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
+           O_CTX, O_CACHE };
+    static const struct option opts[] = {
+        { "model", required_argument, NULL, O_MODEL },
+        { "prompt-ids", required_argument, NULL, O_IDS },
+        { "max-tokens", required_argument, NULL, O_MAX },
+        { "temperature", required_argument, NULL, O_TEMP },
+        { "seed", required_argument, NULL, O_SEED },
+        { "format", required_argument, NULL, O_FORMAT },
+        { "stats", no_argument, NULL, O_STATS },
+        { "threads", required_argument, NULL, O_THREADS },
+        { "chunk", required_argument, NULL, O_CHUNK },
+        { "max-ctx", required_argument, NULL, O_CTX },
+        { "expert-cache-mib", required_argument, NULL, O_CACHE },
+        { "help", no_argument, NULL, 'h' },
+        { 0 },
+    };
+    memset(a, 0, sizeof(*a));
+    a->max_tokens = 16;
+    a->format = generate ? "ids" : "tsv";
+    a->threads = 1;
+    a->chunk = 64;
+    long long v;
+    int c;
+    optind = 1;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL:
+            a->model = optarg;
+            break;
+        case O_IDS:
+            free(a->prompt);
+            if (!parse_ids(optarg, a)) {
+                fprintf(stderr, "%s: --prompt-ids wants comma-separated token ids, got '%s'\n",
+                        argv[0], optarg);
+                return DSV4_EXIT_USAGE;
+            }
+            break;
+        case O_MAX:
+            if (!generate || !parse_long(optarg, 0, 1 << 24, &v))
+                goto bad;
+            a->max_tokens = (int)v;
+            break;
+        case O_TEMP: {
+            char *end;
+            a->temperature = strtod(optarg, &end);
+            if (!generate || *end || end == optarg || a->temperature < 0)
+                goto bad;
+            break;
+        }
+        case O_SEED:
+            if (!generate || !parse_long(optarg, 0, INT64_MAX, &v))
+                goto bad;
+            a->seed = (uint64_t)v;
+            break;
+        case O_FORMAT:
+            a->format = optarg;
+            if (strcmp(optarg, generate ? "ids" : "tsv") != 0)
+                goto bad;
+            break;
+        case O_STATS:
+            a->stats = true;
+            break;
+        case O_THREADS:
+            if (!parse_long(optarg, 1, 1024, &v))
+                goto bad;
+            a->threads = (int)v;
+            break;
+        case O_CHUNK:
+            if (!parse_long(optarg, 1, 4096, &v))
+                goto bad;
+            a->chunk = (int)v;
+            break;
+        case O_CTX:
+            if (!parse_long(optarg, 1, INT64_MAX, &v))
+                goto bad;
+            a->max_ctx = v;
+            break;
+        case O_CACHE:
+            if (!parse_long(optarg, 1, 1LL << 40, &v))
+                goto bad;
+            a->expert_cache_mib = (uint64_t)v;
+            break;
+        case 'h':
+            printf("usage: dsv4ctl %s --model DIR --prompt-ids ID,ID,... %s[--format %s] "
+                   "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]\n",
+                   argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
+                   generate ? "ids" : "tsv");
+            return -1;
+        case ':':
+            fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);
+            return DSV4_EXIT_USAGE;
+        default:
+            fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[optind - 1]);
+            return DSV4_EXIT_USAGE;
+        }
+        continue;
+bad:
+        fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], optarg, argv[optind - 1]);
+        return DSV4_EXIT_USAGE;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
+        return DSV4_EXIT_USAGE;
+    }
+    if (!a->model || !a->prompt) {
+        fprintf(stderr, "%s: --model and --prompt-ids are required\n", argv[0]);
+        return DSV4_EXIT_USAGE;
+    }
+    return 0;
+}
+
+void engine_args_free(struct engine_args *a)
+{
+    free(a->prompt);
+    a->prompt = NULL;
+}
+
+int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine **eng,
+                     dsv4_session **ses)
+{
+    struct dsv4_err err = { "" };
+    struct dsv4_engine_opts eo = { .n_threads = a->threads,
+                                   .expert_cache_bytes = a->expert_cache_mib << 20 };
+    int rc = dsv4_engine_open(a->model, &eo, eng, &err);
+    if (rc < 0) {
+        fprintf(stderr, "dsv4ctl: %s\n", err.msg);
+        return rc == -ENOENT ? DSV4_EXIT_NOINPUT : DSV4_EXIT_DATAERR;
+    }
+    struct dsv4_session_opts so = {
+        .max_ctx = a->max_ctx ? a->max_ctx : positions,
+        .chunk = a->chunk,
+    };
+    if ((rc = dsv4_session_new(*eng, &so, ses, &err)) < 0) {
+        fprintf(stderr, "dsv4ctl: %s\n", err.msg);
+        *eng = dsv4_engine_free(*eng);
+        return DSV4_EXIT_USAGE;
+    }
+    return 0;
+}
