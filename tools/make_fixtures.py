@@ -25,6 +25,7 @@ import make_tiny_tokenizer  # noqa: E402
 FIXTURES = {
     "tiny": ("tiny", 1, 1, 32),
     "tiny-confident": ("tiny-confident", 1, 1, 64),
+    "tiny-dspark": ("tiny-dspark", 1, 1, 32),
 }
 
 
@@ -44,6 +45,8 @@ def make(out, name):
     cfg, init = make_tiny_model.PRESETS[preset]
     make_tiny_model.write_model(d, cfg, init, seed)
     write_tokenizer(d, cfg)
+    if "dspark_target_layer_ids" in cfg:
+        make_goldens.write_dspark(d, prompt_seed)
     return make_goldens.write(d, prompt_seed, n_greedy)
 
 

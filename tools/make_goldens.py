@@ -19,6 +19,8 @@ import pinned  # noqa: E402
 
 pinned.pin()
 
+import dspark_goldens  # noqa: E402
+import dspark_ref  # noqa: E402
 import dsv4ref  # noqa: E402
 import goldens  # noqa: E402
 
@@ -39,6 +41,23 @@ def write(fixture, prompt_seed, n_greedy, out=None):
                         {"fixture": os.path.basename(os.path.normpath(fixture)),
                          "prompt_seed": prompt_seed, "vocab_size": cfg["vocab_size"]})
     with open(out or os.path.join(fixture, "goldens.json"), "w") as f:
+        f.write(dumps(gold))
+    return gold
+
+
+def write_dspark(fixture, prompt_seed, out=None):
+    """The drafter goldens of a DSpark fixture (dspark_goldens.json, same ensemble)."""
+    with open(os.path.join(fixture, "config.json")) as f:
+        cfg = json.load(f)
+    ck = dsv4ref.safetensors_io.load_checkpoint(fixture)
+    base = dsv4ref.Model(fixture, checkpoint=ck)
+    dr = dspark_ref.Drafter(base, fixture, checkpoint=ck)
+    drafters = [(n, dr.with_model(base.with_variant(v)), role)
+                for n, v, role in goldens.ensemble()]
+    gold = dspark_goldens.make(drafters, goldens.prompts(cfg["vocab_size"], prompt_seed),
+                               {"fixture": os.path.basename(os.path.normpath(fixture)),
+                                "prompt_seed": prompt_seed, "vocab_size": cfg["vocab_size"]})
+    with open(out or os.path.join(fixture, "dspark_goldens.json"), "w") as f:
         f.write(dumps(gold))
     return gold
 

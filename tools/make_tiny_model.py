@@ -81,10 +81,28 @@ DEFAULT_INIT = {
 TINY_CONFIDENT = dict(TINY, index_topk=1024)
 CONFIDENT_INIT = dict(DEFAULT_INIT, embed=3.5, bypass=3.0, gate_bias=4.0)
 
+# The DSpark fixture (dspark spec §10/§16): the confident tiny target (stable greedy
+# continuations and drafter goldens with tight tolerances) with a three-stage drafter under
+# mtp.0..2. Two heads, two indexer heads and four experts (top-2) keep it under 4 MB; taps after layers 2..4 (the
+# last one checks the pre-hc_head tap); HF num_nextn_predict_layers stays 1 as in the real
+# config, the stage count comes from inference/config.json n_mtp_layers (INFERENCE_KEYS).
+TINY_DSPARK = dict(TINY_CONFIDENT, **{
+    "num_attention_heads": 2, "n_routed_experts": 4, "index_n_heads": 2,
+    "compress_ratios": [0, 4, 8, 4, 16, 0, 0, 0],
+    "dspark_block_size": 5, "dspark_markov_rank": 32, "dspark_noise_token_id": 255,
+    "dspark_target_layer_ids": [2, 3, 4],
+})
+DSPARK_INIT = dict(CONFIDENT_INIT, markov=2.0, markov_succ=150.0)
+
 PRESETS = {
     "tiny": (TINY, DEFAULT_INIT),
     "tiny-confident": (TINY_CONFIDENT, CONFIDENT_INIT),
+    "tiny-dspark": (TINY_DSPARK, DSPARK_INIT),
 }
+
+# inference/config.json fields written next to a DSpark config (official names).
+INFERENCE_KEYS = ("dspark_block_size", "dspark_markov_rank", "dspark_noise_token_id",
+                  "dspark_target_layer_ids", "compress_ratios")
 
 
 def rng_for(seed, name):
@@ -100,6 +118,10 @@ def logical_weight(name, shape, cfg, init, seed):
         return g.normal(0.0, init["embed"], shape)
     if name == "head.weight":
         return g.normal(0.0, init["head"] / np.sqrt(d), shape)
+    if name.endswith("markov_w1.weight"):   # an embedding: rows ~ N(0, 1)
+        return g.normal(0.0, 1.0, shape)
+    if name.endswith("markov_w2.weight"):   # bias B(y) = W2 e(y) has std ~ markov
+        return g.normal(0.0, init.get("markov", 1.0) / np.sqrt(shape[1]), shape)
     if name.endswith("attn.compressor.norm.weight"):
         return init["comp_norm"] * (1.0 + g.normal(0.0, init["norm_spread"], shape))
     if name.endswith("norm.weight"):
@@ -165,6 +187,19 @@ def apply_bypass(values, cfg, init, seed):
         e, axis=1, keepdims=True)
 
 
+def apply_markov_successor(values, cfg, init, seed):
+    """DSpark fixture: the Markov bias B(y) = W2 W1[y] votes (weight markov_succ) for the same
+    successor succ(y) that the confident target's bypass votes for, so the random drafter
+    proposes chains the target often accepts (exercises real partial acceptance)."""
+    gain = init.get("markov_succ", 0.0)
+    if not gain or "dspark_target_layer_ids" not in cfg:
+        return
+    p = "mtp.%d.markov_head." % (len(cfg["compress_ratios"]) - cfg["num_hidden_layers"] - 1)
+    succ = rng_for(seed, "bypass.successor").permutation(cfg["vocab_size"])
+    w1 = values[p + "markov_w1.weight"]
+    values[p + "markov_w2.weight"][succ] += gain * w1 / np.sum(w1 * w1, axis=1, keepdims=True)
+
+
 def build(cfg, init, seed):
     """Ordered [(name, dtype, storage array)] of the whole checkpoint."""
     entries = layout.tensors(cfg)
@@ -177,6 +212,7 @@ def build(cfg, init, seed):
             shape = (shape[0], shape[1] * 2)
         values[name] = logical_weight(name, shape, cfg, init, seed)
     apply_bypass(values, cfg, init, seed)
+    apply_markov_successor(values, cfg, init, seed)
     out = {}
     for name, dtype, shape in entries:
         if dtype == "F8_E8M0":
@@ -214,6 +250,13 @@ def write_model(out_dir, cfg, init, seed, n_shards=2):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
+    if "dspark_target_layer_ids" in cfg:
+        stages = len(cfg["compress_ratios"]) - cfg["num_hidden_layers"]
+        inf = dict({k: cfg[k] for k in INFERENCE_KEYS}, n_mtp_layers=stages)
+        os.makedirs(os.path.join(out_dir, "inference"), exist_ok=True)
+        with open(os.path.join(out_dir, "inference", "config.json"), "w") as f:
+            json.dump(inf, f, indent=2, sort_keys=True)
+            f.write("\n")
 
 
 def resolve(config):

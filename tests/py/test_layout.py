@@ -55,7 +55,34 @@ def main():
             fails += not ok
         if got_hist != hist or got_total != total:
             print(f"  got {got_hist} total {got_total}")
+    fails += check_dspark()
     return 1 if fails else 0
+
+
+# DSpark drafter (dspark spec §10): 4705 mtp.* tensors, no legacy MTP block, sample shapes.
+DSPARK_SAMPLES = {"mtp.0.main_proj.scale": ("F8_E8M0", (32, 96)),
+                  "mtp.0.main_norm.weight": ("BF16", (4096,)),
+                  "mtp.1.ffn.experts.255.w2.weight": ("I8", (4096, 1024)),
+                  "mtp.2.hc_head_fn": ("F32", (4, 16384)),
+                  "mtp.2.markov_head.markov_w2.weight": ("BF16", (129280, 256)),
+                  "mtp.2.confidence_head.proj.weight": ("BF16", (1, 4352))}
+
+
+def check_dspark():
+    with open(os.path.join(ROOT, "tests", "fixtures", "configs", "flash-dspark", "config.json")) as f:
+        t = layout.tensors(json.load(f))
+    table = {n: (d, tuple(s)) for n, d, s in t}
+    mtp = [n for n in table if n.startswith("mtp.")]
+    checks = [("4705 mtp tensors", len(mtp) == 4705),
+              ("no legacy MTP tensors", "mtp.0.e_proj.weight" not in table),
+              ("no bias on the confidence head", "mtp.2.confidence_head.proj.bias" not in table),
+              ("main_proj only on mtp.0", "mtp.1.main_proj.weight" not in table)]
+    checks += [(f"sample {k}", table.get(k) == v) for k, v in DSPARK_SAMPLES.items()]
+    fails = 0
+    for what, ok in checks:
+        print(f"{'ok' if ok else 'FAIL'}: flash-dspark {what}")
+        fails += not ok
+    return fails
 
 
 if __name__ == "__main__":

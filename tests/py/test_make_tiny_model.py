@@ -49,9 +49,10 @@ def main(scratch):
         mt.write_model(d, cfg, init, seed)
         committed = os.path.join(ROOT, "tests", "fixtures", name)
         ok = all(filecmp.cmp(os.path.join(d, f), os.path.join(committed, f), shallow=False)
-                 for f in os.listdir(d))
+                 for f in os.listdir(d) if os.path.isfile(os.path.join(d, f)))
         check(f"{name}: regenerated checkpoint == committed", ok)
-        size = sum(os.path.getsize(os.path.join(committed, f)) for f in os.listdir(committed))
+        size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(committed)
+                   for f in fs)
         check(f"{name}: {size} bytes <= 4 MB", size <= 4_000_000)
         ck = safetensors_io.load_checkpoint(committed)
         with open(os.path.join(committed, "config.json")) as f:

@@ -317,72 +317,93 @@ class Model:
         return m
 
     # -- loading ------------------------------------------------------------------------
+    def read(self, ck, kind, name):
+        """One weight as the forward pass holds it: 'bf' BF16 -> fp32 values; 'f32'; 'lin' BF16
+        weight -> float64 W^T [in, out]; 'fp8' / 'fp4' quantised weight (name without
+        '.weight') -> exact float64 W^T."""
+        if kind == 'bf':
+            return F.bf16_to_f32(ck[name])
+        if kind == 'f32':
+            return np.asarray(ck[name], dtype=f32)
+        if kind == 'lin':
+            w = F.bf16_to_f32(ck[name])
+        elif kind == 'fp8':
+            w = F.dequant_fp8_weight(ck[name + '.weight'], ck[name + '.scale'], self.cfg.wblock)
+        else:
+            w = F.dequant_fp4_weight(ck[name + '.weight'], ck[name + '.scale'])
+        return np.ascontiguousarray(w.T.astype(f64))
+
+    def read_hc_head(self, ck, p):
+        """hc_head_{fn,base,scale} under prefix p ('' for the target, 'mtp.2.' for DSpark)."""
+        return (self.read(ck, 'f32', p + 'hc_head_fn').T.astype(f64),
+                self.read(ck, 'f32', p + 'hc_head_base'), self.read(ck, 'f32', p + 'hc_head_scale'))
+
     def _load(self, ck):
+        c = self.cfg
+        self.embed = self.read(ck, 'bf', 'embed.weight')
+        self.head_T = self.read(ck, 'lin', 'head.weight')
+        self.norm_w = self.read(ck, 'bf', 'norm.weight')
+        self.hc_head = self.read_hc_head(ck, '')
+        self.layers = [self.load_block(ck, f'layers.{L}.', c.ratios[L], L < c.n_hash)
+                       for L in range(c.n_layers)]
+
+    def load_block(self, ck, p, r, is_hash):
+        """The weights of one block under prefix p ('layers.3.', or 'mtp.0.' for a DSpark
+        stage), compress ratio r, hash-routed or not."""
         c = self.cfg
 
         def bf(name):
-            return F.bf16_to_f32(ck[name])
+            return self.read(ck, 'bf', name)
 
         def fp32(name):
-            return np.asarray(ck[name], dtype=f32)
+            return self.read(ck, 'f32', name)
 
-        def fp8(name):   # dense FP8 weight -> float64 W^T [in, out] (exact)
-            w = F.dequant_fp8_weight(ck[name + '.weight'], ck[name + '.scale'], c.wblock)
-            return np.ascontiguousarray(w.T.astype(f64))
+        def fp8(name):
+            return self.read(ck, 'fp8', name)
 
         def fp4(name):
-            w = F.dequant_fp4_weight(ck[name + '.weight'], ck[name + '.scale'])
-            return np.ascontiguousarray(w.T.astype(f64))
+            return self.read(ck, 'fp4', name)
 
-        def lin(name):   # BF16 weight -> float64 W^T
-            return np.ascontiguousarray(bf(name).T.astype(f64))
+        def lin(name):
+            return self.read(ck, 'lin', name)
 
-        self.embed = bf('embed.weight')
-        self.head_T = lin('head.weight')
-        self.norm_w = bf('norm.weight')
-        self.hc_head = (fp32('hc_head_fn').T.astype(f64), fp32('hc_head_base'),
-                        fp32('hc_head_scale'))
-        self.layers = []
-        for L in range(c.n_layers):
-            p = f'layers.{L}.'
-            r = c.ratios[L]
-            w = {'ratio': r, 'hash': L < c.n_hash}
-            for which in ('attn', 'ffn'):
-                w['hc_' + which] = (fp32(f'{p}hc_{which}_fn').T.astype(f64),
-                                    fp32(f'{p}hc_{which}_base'), fp32(f'{p}hc_{which}_scale'))
-            w['attn_norm'] = bf(p + 'attn_norm.weight')
-            w['ffn_norm'] = bf(p + 'ffn_norm.weight')
-            a = p + 'attn.'
-            w['sink'] = fp32(a + 'attn_sink')
-            w['wq_a'] = fp8(a + 'wq_a')
-            w['q_norm'] = bf(a + 'q_norm.weight')
-            w['wq_b'] = fp8(a + 'wq_b')
-            w['wkv'] = fp8(a + 'wkv')
-            w['kv_norm'] = bf(a + 'kv_norm.weight')
-            # wo_a: the official runtime holds it in bf16, dequantised at conversion time
-            # (convert.py); E4M3 x 2^k is exact in bf16, so this is the exact dequantisation.
-            woa = F.dequant_fp8_weight(ck[a + 'wo_a.weight'], ck[a + 'wo_a.scale'], c.wblock)
-            w['wo_a'] = woa.reshape(c.G, c.o_lora, -1).astype(f64)        # [G, r, (H/G)D]
-            w['wo_b'] = fp8(a + 'wo_b')
-            if r:
-                w['comp'] = self._load_comp(ck, a + 'compressor.', bf, fp32)
-            if r == 4:
-                i = a + 'indexer.'
-                w['idx_wq_b'] = fp8(i + 'wq_b')
-                w['idx_wproj'] = lin(i + 'weights_proj.weight')
-                w['idx_comp'] = self._load_comp(ck, i + 'compressor.', bf, fp32)
-            f = p + 'ffn.'
-            w['gate_T'] = lin(f + 'gate.weight')
-            if w['hash']:
-                w['tid2eid'] = np.asarray(ck[f + 'gate.tid2eid'], dtype=np.int64)
-                w['gate_bias'] = None
-            else:
-                w['gate_bias'] = fp32(f + 'gate.bias')
-            w['experts'] = [(fp4(f'{f}experts.{e}.w1'), fp4(f'{f}experts.{e}.w2'),
-                             fp4(f'{f}experts.{e}.w3')) for e in range(c.n_routed)]
-            w['shared'] = (fp8(f + 'shared_experts.w1'), fp8(f + 'shared_experts.w2'),
-                           fp8(f + 'shared_experts.w3'))
-            self.layers.append(w)
+        w = {'ratio': r, 'hash': is_hash}
+        for which in ('attn', 'ffn'):
+            w['hc_' + which] = (fp32(f'{p}hc_{which}_fn').T.astype(f64),
+                                fp32(f'{p}hc_{which}_base'), fp32(f'{p}hc_{which}_scale'))
+        w['attn_norm'] = bf(p + 'attn_norm.weight')
+        w['ffn_norm'] = bf(p + 'ffn_norm.weight')
+        a = p + 'attn.'
+        w['sink'] = fp32(a + 'attn_sink')
+        w['wq_a'] = fp8(a + 'wq_a')
+        w['q_norm'] = bf(a + 'q_norm.weight')
+        w['wq_b'] = fp8(a + 'wq_b')
+        w['wkv'] = fp8(a + 'wkv')
+        w['kv_norm'] = bf(a + 'kv_norm.weight')
+        # wo_a: the official runtime holds it in bf16, dequantised at conversion time
+        # (convert.py); E4M3 x 2^k is exact in bf16, so this is the exact dequantisation.
+        woa = F.dequant_fp8_weight(ck[a + 'wo_a.weight'], ck[a + 'wo_a.scale'], c.wblock)
+        w['wo_a'] = woa.reshape(c.G, c.o_lora, -1).astype(f64)        # [G, r, (H/G)D]
+        w['wo_b'] = fp8(a + 'wo_b')
+        if r:
+            w['comp'] = self._load_comp(ck, a + 'compressor.', bf, fp32)
+        if r == 4:
+            i = a + 'indexer.'
+            w['idx_wq_b'] = fp8(i + 'wq_b')
+            w['idx_wproj'] = lin(i + 'weights_proj.weight')
+            w['idx_comp'] = self._load_comp(ck, i + 'compressor.', bf, fp32)
+        f = p + 'ffn.'
+        w['gate_T'] = lin(f + 'gate.weight')
+        if w['hash']:
+            w['tid2eid'] = np.asarray(ck[f + 'gate.tid2eid'], dtype=np.int64)
+            w['gate_bias'] = None
+        else:
+            w['gate_bias'] = fp32(f + 'gate.bias')
+        w['experts'] = [(fp4(f'{f}experts.{e}.w1'), fp4(f'{f}experts.{e}.w2'),
+                         fp4(f'{f}experts.{e}.w3')) for e in range(c.n_routed)]
+        w['shared'] = (fp8(f + 'shared_experts.w1'), fp8(f + 'shared_experts.w2'),
+                       fp8(f + 'shared_experts.w3'))
+        return w
 
     @staticmethod
     def _load_comp(ck, p, bf, fp32):
@@ -510,8 +531,8 @@ class Model:
             out[:, k] = bf16((post[:, k, None] * o).astype(f32) + s)
         return out
 
-    def hc_head_collapse(self, X):
-        fnT, base, scale = self.hc_head
+    def hc_head_collapse(self, X, params=None):
+        fnT, base, scale = params or self.hc_head
         mix = self._hc_mix(X, fnT, 'hc_head')
         w = (fsigmoid((mix * scale[0] + base).astype(f32)) + f32(self.cfg.hc_eps)).astype(f32)
         return self._weighted_streams(w, X)

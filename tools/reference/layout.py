@@ -26,6 +26,15 @@ class Dims:
         self.n_layers = cfg["num_hidden_layers"]
         self.n_mtp = cfg.get("num_nextn_predict_layers", 0)
         self.ratios = list(cfg["compress_ratios"])
+        # DSpark drafter (dspark spec §10): the dspark_* keys name it; HF's
+        # num_nextn_predict_layers (1) is then ignored and the stages are the compress_ratios
+        # entries after the target layers (inference/config.json n_mtp_layers, 3).
+        self.dspark = "dspark_target_layer_ids" in cfg
+        self.n_stages = len(self.ratios) - self.n_layers if self.dspark else 0
+        if self.dspark:
+            self.n_mtp = 0
+            self.n_taps = len(cfg["dspark_target_layer_ids"])
+            self.markov_rank = cfg["dspark_markov_rank"]
         self.n_hash = cfg.get("num_hash_layers", 0)
         self.H = cfg["num_attention_heads"]
         self.D = cfg["head_dim"]
@@ -136,4 +145,24 @@ def tensors(cfg):
         t += [(p + "enorm.weight", "BF16", (dm.d,)), (p + "hnorm.weight", "BF16", (dm.d,)),
               (p + "norm.weight", "BF16", (dm.d,))]
         t += _hc_head(p, dm)
+    for s in range(dm.n_stages):
+        t += dspark_stage_tensors(s, dm)
+    return t
+
+
+def dspark_stage_tensors(s, dm):
+    """DSpark stage s (dspark spec §10): a window-only block; the first stage also owns the tap
+    fusion (main_proj, main_norm), the last the head side (norm, hc_head, Markov, confidence)."""
+    p = f"mtp.{s}."
+    t = block_tensors(p, 0, False, dm)
+    if s == 0:
+        t += _fp8(p + "main_proj", dm.d, dm.n_taps * dm.d, dm)
+        t += [(p + "main_norm.weight", "BF16", (dm.d,))]
+    if s == dm.n_stages - 1:
+        r = dm.markov_rank
+        t += [(p + "norm.weight", "BF16", (dm.d,))]
+        t += _hc_head(p, dm)
+        t += [(p + "markov_head.markov_w1.weight", "BF16", (dm.vocab, r)),
+              (p + "markov_head.markov_w2.weight", "BF16", (dm.vocab, r)),
+              (p + "confidence_head.proj.weight", "BF16", (1, dm.d + r))]
     return t
