@@ -44,7 +44,8 @@ def make(out, name):
     d = os.path.join(out, name)
     cfg, init = make_tiny_model.PRESETS[preset]
     make_tiny_model.write_model(d, cfg, init, seed)
-    write_tokenizer(d, cfg)
+    if cfg["vocab_size"] >= len(make_tiny_tokenizer.SPECIALS) + 256:
+        write_tokenizer(d, cfg)
     if "dspark_target_layer_ids" in cfg:
         make_goldens.write_dspark(d, prompt_seed)
     return make_goldens.write(d, prompt_seed, n_greedy)

@@ -86,8 +86,10 @@ CONFIDENT_INIT = dict(DEFAULT_INIT, embed=3.5, bypass=3.0, gate_bias=4.0)
 # mtp.0..2. Two heads, two indexer heads and four experts (top-2) keep it under 4 MB; taps after layers 2..4 (the
 # last one checks the pre-hc_head tap); HF num_nextn_predict_layers stays 1 as in the real
 # config, the stage count comes from inference/config.json n_mtp_layers (INFERENCE_KEYS).
+# vocab 256 keeps the drafter fixture under 4 MiB (its Markov tables are [vocab, rank]); it
+# ships no tokenizer (a byte-level BPE needs 256 byte tokens + specials).
 TINY_DSPARK = dict(TINY_CONFIDENT, **{
-    "num_attention_heads": 2, "n_routed_experts": 4, "index_n_heads": 2,
+    "vocab_size": 256, "num_attention_heads": 2, "n_routed_experts": 4, "index_n_heads": 2,
     "compress_ratios": [0, 4, 8, 4, 16, 0, 0, 0],
     "dspark_block_size": 5, "dspark_markov_rank": 32, "dspark_noise_token_id": 255,
     "dspark_target_layer_ids": [2, 3, 4],
