@@ -7,40 +7,14 @@
  * a text prompt) streams the decoded text, never splitting a character. --stats prints prefill and
  * decode tok/s and the time to first token to stderr.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dsv4ctl.h"
 #include "engine-args.h"
+#include "sampling.h"
 #include "util.h"
-
-/* splitmix64: reproducible sampling from --seed */
-static double next_uniform(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0;
-}
-
-static int32_t pick(const float *logits, int n, double temp, uint64_t *rng)
-{
-    if (temp == 0.0)
-        return dsv4_argmax(logits, n);
-    double mx = logits[dsv4_argmax(logits, n)], sum = 0.0;
-    for (int i = 0; i < n; i++)
-        sum += exp(((double)logits[i] - mx) / temp);
-    double u = next_uniform(rng) * sum, acc = 0.0;
-    for (int i = 0; i < n; i++) {
-        acc += exp(((double)logits[i] - mx) / temp);
-        if (acc >= u)
-            return i;
-    }
-    return n - 1;
-}
 
 int dsv4ctl_run(int argc, char **argv)
 {
@@ -60,7 +34,8 @@ int dsv4ctl_run(int argc, char **argv)
     int vocab = dsv4_engine_config(e)->vocab_size, eos = dsv4_engine_config(e)->eos_token_id;
     float *logits = dsv4_xmalloc((size_t)vocab * sizeof(float));
     struct dsv4_err err = { "" };
-    uint64_t rng = a.seed;
+    /* The scheduler's sampler: the same draws whether generated in-process or by the daemons. */
+    const struct dsv4_sampling samp = { .temperature = a.temperature, .top_p = 1.0, .seed = a.seed };
     int n_gen = 0;
     bool text = strcmp(a.format, "text") == 0;
     struct dsv4_detok detok;
@@ -69,7 +44,7 @@ int dsv4ctl_run(int argc, char **argv)
     uint64_t t0 = dsv4_now_ns(), t_first = 0;
     rc = dsv4_session_forward(s, a.prompt, a.n_prompt, DSV4_LOGITS_LAST, logits, &err);
     while (rc == 0 && n_gen < a.max_tokens) {
-        int32_t tok = pick(logits, vocab, a.temperature, &rng);
+        int32_t tok = dsv4_sample(logits, vocab, &samp, (uint64_t)n_gen);
         if (text) {
             const char *piece;
             size_t len;
