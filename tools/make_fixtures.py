@@ -29,6 +29,11 @@ FIXTURES = {
 }
 
 
+def has_tokenizer(cfg):
+    """A byte-level BPE needs the 256 byte tokens and the specials below the vocab size."""
+    return cfg["vocab_size"] >= len(make_tiny_tokenizer.SPECIALS) + 256
+
+
 def write_tokenizer(d, cfg):
     """The tiny byte-level BPE tokenizer with the model's vocab size, so text prompts work on
     the fixture; its BOS/EOS ids must be the ones config.json names."""
@@ -44,7 +49,7 @@ def make(out, name):
     d = os.path.join(out, name)
     cfg, init = make_tiny_model.PRESETS[preset]
     make_tiny_model.write_model(d, cfg, init, seed)
-    if cfg["vocab_size"] >= len(make_tiny_tokenizer.SPECIALS) + 256:
+    if has_tokenizer(cfg):
         write_tokenizer(d, cfg)
     if "dspark_target_layer_ids" in cfg:
         make_goldens.write_dspark(d, prompt_seed)
