@@ -22,31 +22,19 @@
 #include "chat.h"
 #include "client.h"
 #include "dsv4ctl.h"
+#include "prompt.h"
 #include "tokenizer.h"
 #include "util.h"
 
 struct gen_args {
     const char *run_dir, *prompt_ids, *text, *format;
-    bool chat, stats;
+    bool chat, think, stats;
     int max_tokens, top_k;
     double temperature, top_p;
     uint64_t seed;
     char stop[DSV4_WIRE_MAX_STOP_BYTES];
     size_t n_stop;
 };
-
-static bool parse_ids(const char *s, struct dsv4_ids *out)
-{
-    while (*s) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > INT32_MAX || (*end && *end != ','))
-            return false;
-        dsv4_ids_push(out, (uint32_t)v);
-        s = *end ? end + 1 : end;
-    }
-    return out->n > 0;
-}
 
 static int exit_for(int code)
 {
@@ -106,6 +94,8 @@ int dsv4ctl_gen(int argc, char **argv)
         { "prompt-ids", required_argument, NULL, 'i' },
         { "prompt", required_argument, NULL, 'p' },
         { "chat", no_argument, NULL, 'c' },
+        { "think", no_argument, NULL, 'T' },
+        { "no-think", no_argument, NULL, 'N' },
         { "max-tokens", required_argument, NULL, 'n' },
         { "temperature", required_argument, NULL, 't' },
         { "top-p", required_argument, NULL, 'P' },
@@ -127,6 +117,8 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'i': a.prompt_ids = optarg; break;
         case 'p': a.text = optarg; break;
         case 'c': a.chat = true; break;
+        case 'T': a.think = true; break;
+        case 'N': a.think = false; break;
         case 'x': a.stats = true; break;
         case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
         case 't': a.temperature = strtod(optarg, &end); break;
@@ -146,7 +138,7 @@ int dsv4ctl_gen(int argc, char **argv)
         }
         case 'h':
             printf("usage: dsv4ctl gen [--run-dir DIR] (--prompt-ids ID,... | --prompt TEXT | TEXT) "
-                   "[--chat] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
+                   "[--chat [--think|--no-think]] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
                    "[--stop STR]... [--format text|ids|jsonl] [--stats]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
@@ -191,19 +183,14 @@ int dsv4ctl_gen(int argc, char **argv)
     }
     struct dsv4_ids prompt = { 0 };
     if (a.prompt_ids) {
-        if (!parse_ids(a.prompt_ids, &prompt)) {
+        if (!dsv4ctl_parse_ids(a.prompt_ids, &prompt)) {
             fprintf(stderr, "dsv4ctl gen: --prompt-ids: comma-separated non-negative ids\n");
             rc = DSV4_EXIT_USAGE;
         }
-    } else if (a.chat) {
-        struct dsv4_chat_msg msg = { "user", a.text, NULL };
-        struct dsv4_chat_opts co = { 0 };
-        if (dsv4_chat_encode(tok, &msg, 1, &co, &prompt, &err) < 0) {
-            fprintf(stderr, "dsv4ctl gen: chat: %s\n", err.msg);
-            rc = DSV4_EXIT_DATAERR;
-        }
-    } else {
-        dsv4_tokenizer_encode(tok, a.text, strlen(a.text), true, &prompt);
+    } else if (dsv4_chat_prompt(tok, a.text, strlen(a.text), dsv4ctl_prompt_kind(a.chat, a.think),
+                                &prompt, &err) < 0) {
+        fprintf(stderr, "dsv4ctl gen: prompt: %s\n", err.msg);
+        rc = DSV4_EXIT_DATAERR;
     }
     int32_t *got = dsv4_xmalloc((size_t)a.max_tokens * sizeof(int32_t));
     uint32_t n_got = 0;
@@ -354,7 +341,7 @@ static int score_daemon(int argc, char **argv)
         }
     }
     struct dsv4_ids prompt = { 0 };
-    if (!ids || !parse_ids(ids, &prompt)) {
+    if (!ids || !dsv4ctl_parse_ids(ids, &prompt)) {
         fprintf(stderr, "dsv4ctl score: --prompt-ids ID,ID,... required\n");
         dsv4_ids_free(&prompt);
         return DSV4_EXIT_USAGE;

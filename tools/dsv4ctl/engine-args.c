@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
 #include "dsv4ctl.h"
+#include "prompt.h"
 #include "util.h"
 
 static bool parse_long(const char *s, long long lo, long long hi, long long *ret)
@@ -25,28 +25,19 @@ static bool parse_long(const char *s, long long lo, long long hi, long long *ret
     return true;
 }
 
+/* --prompt-ids into a->prompt (int32, what the engine takes). */
 static bool parse_ids(const char *s, struct engine_args *a)
 {
-    int cap = 16;
-    a->prompt = dsv4_xmalloc((size_t)cap * sizeof(int32_t));
-    a->n_prompt = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ','))
-            return false;
-        if (a->n_prompt == cap) {
-            cap *= 2;
-            a->prompt = dsv4_xrealloc(a->prompt, (size_t)cap * sizeof(int32_t));
-        }
-        a->prompt[a->n_prompt++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-        if (*end && !*p)
-            return false;
+    struct dsv4_ids ids = { 0 };
+    bool ok = dsv4ctl_parse_ids(s, &ids) && ids.n <= INT32_MAX;
+    if (ok) {
+        a->prompt = dsv4_xmalloc(ids.n * sizeof(int32_t));
+        for (size_t i = 0; i < ids.n; i++)
+            a->prompt[i] = (int32_t)ids.v[i];
+        a->n_prompt = (int)ids.n;
     }
-    return a->n_prompt > 0;
+    dsv4_ids_free(&ids);
+    return ok;
 }
 
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
@@ -194,11 +185,9 @@ bad:
     }
     if (!a->text)
         return 0;
-    /* A text prompt starts with BOS, as DeepSeek's prompts do; the chat template adds it. */
-    enum dsv4_prompt_kind kind = !a->chat ? DSV4_PROMPT_RAW_BOS
-                                 : a->think ? DSV4_PROMPT_CHAT_THINK : DSV4_PROMPT_CHAT;
     struct dsv4_ids ids = { 0 };
-    if (dsv4_chat_prompt(a->tok, a->text, strlen(a->text), kind, &ids, &err) < 0 || ids.n == 0 ||
+    if (dsv4_chat_prompt(a->tok, a->text, strlen(a->text), dsv4ctl_prompt_kind(a->chat, a->think),
+                         &ids, &err) < 0 || ids.n == 0 ||
         ids.n > INT32_MAX) {
         fprintf(stderr, "%s: cannot encode the prompt: %s\n", argv[0], err.msg);
         dsv4_ids_free(&ids);
