@@ -17,7 +17,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "shm atomics must be lock-free");
 
 #define DSV4_SHM_MAGIC 0x4d485344u      /* "DSHM" */
 #define DSV4_STATS_ABI_MAJOR 1
-#define DSV4_STATS_ABI_MINOR 0
+#define DSV4_STATS_ABI_MINOR 1
 #define DSV4_SHM_KIND_STATS 1
 
 struct dsv4_shm_hdr {                   /* first 64 bytes of every segment */
@@ -64,7 +64,15 @@ struct dsv4_stats_shm {
     _Atomic uint64_t forward_calls, forward_rows, sessions_open;
     _Atomic uint64_t replays, replayed_tokens;  /* scheduler: sessions rebuilt after a compute restart */
     _Atomic uint64_t bad_messages;
-    _Atomic uint64_t reserved[15];
+    /* scheduler: the prefill in progress (gauges; 0/0 when none) */
+    _Atomic uint64_t prefill_done, prefill_total;
+    /* scheduler: DSpark speculation */
+    _Atomic uint64_t spec_proposed, spec_accepted, spec_verify_steps, spec_quench;
+    /* compute: resident bytes by memory tier (weights = dense + head + drafter) */
+    _Atomic uint64_t mem_weights_bytes, mem_session_bytes, mem_scratch_bytes;
+    /* supervisor: the plan's budget; hung daemons it killed (heartbeat watchdog) */
+    _Atomic uint64_t mem_budget_bytes, watchdog_kills;
+    _Atomic uint64_t reserved[4];
     struct dsv4_hist_shm ttft, per_token, request;
 };
 _Static_assert(sizeof(struct dsv4_stats_shm) % 64 == 0, "whole lines");

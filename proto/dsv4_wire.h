@@ -170,6 +170,10 @@ struct dsv4_msg_forward_result {
 };
 
 /*
+ * Numbers reserved for work in progress (keep them when adding the types):
+ * 22 PROGRESS (scheduler -> client, prefill progress), 39 DRAFT and
+ * 40 DRAFT_RESULT (scheduler <-> compute, DSpark proposals).
+ *
  * X(NAME, number, body struct): generates the type enum, the name table,
  * the minimum body sizes and the validator table (proto/wire.c).
  */
