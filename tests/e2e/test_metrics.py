@@ -7,7 +7,8 @@ Scenarios (each starts its own daemon set with --metrics-addr 127.0.0.1:0 and st
   promtool    a scrape taken while a generation streams passes `promtool check metrics` and
               carries every family dsv4 promises; after kill -9 of each daemon in turn every
               counter is >= its value before (the stats pages outlive the processes) and that
-              daemon's restarts counter went up by one
+              daemon's restarts counter went up by one; a second set asking for the same
+              --metrics-addr fails to start with the reason
   prometheus  a real Prometheus server (loopback, free port, 1 s scrape interval, temporary
               data dir) scrapes the set; its HTTP API reports dsv4_generated_tokens_total equal
               to the tokens the clients received, one restart of compute after a kill -9, and
@@ -179,6 +180,14 @@ def promtool():
             log = open(os.path.join(run_dir, "supervisor.log")).read()
             assert re.search(rf"{role}\[{pid}\] killed by signal SIGKILL, restarting in", log), log
         print(f"# {len(before)} counter samples monotonic across kill -9 of each daemon")
+        # an address asked for must work: a second set on the same one refuses to start
+        other = run_dir + "-second"
+        shutil.rmtree(other, ignore_errors=True)
+        p = ctl("start", "--model", model, "--run-dir", other, "--metrics-addr", addr,
+                check=False, timeout=120)
+        assert p.returncode == 69 and f"metrics address {addr}: Address already in use" in \
+            p.stderr, (p.returncode, p.stderr)
+        shutil.rmtree(other, ignore_errors=True)
     finally:
         stop()
 
