@@ -32,7 +32,7 @@ exe, model, scratch, scenario = sys.argv[1:5]
 run_dir = os.path.join(scratch, "metrics-" + scenario)
 PROMPT = "0,5,6,7,8"
 FAMILIES = [
-    "dsv4_build_info", "dsv4_up", "dsv4_daemon_state", "dsv4_daemon_restarts_total",
+    "dsv4_build_info", "dsv4_daemon_up", "dsv4_daemon_state", "dsv4_daemon_restarts_total",
     "dsv4_daemon_resident_memory_bytes", "dsv4_requests_total", "dsv4_prompt_tokens_total",
     "dsv4_generated_tokens_total", "dsv4_queue_depth", "dsv4_time_to_first_token_seconds",
     "dsv4_token_latency_seconds", "dsv4_request_duration_seconds", "dsv4_prefill_done_tokens",
@@ -155,7 +155,7 @@ def promtool():
         samples, types = parse(text)
         for fam in FAMILIES:
             assert fam in types, f"family {fam} missing"
-        assert samples[("dsv4_up", 'daemon="scheduler"')] == 1
+        assert samples[("dsv4_daemon_up", 'daemon="scheduler"')] == 1
         print(f"# promtool check metrics: ok on a {len(text)}-byte scrape taken mid-generation "
               f"({samples[('dsv4_generated_tokens_total', '')]:.0f} tokens out)")
 
@@ -269,7 +269,7 @@ def prometheus():
         got = eventually(lambda: query(port, "dsv4_generated_tokens_total") == want and want,
                          f"dsv4_generated_tokens_total == {received}")
         print(f"# prometheus: dsv4_generated_tokens_total = {got[()]:.0f} = tokens received")
-        up = query(port, "dsv4_up")
+        up = query(port, "dsv4_daemon_up")
         assert up == {(("daemon", d["name"]),): 1.0 for d in st["daemons"]}, up
         assert query(port, 'dsv4_requests_total{outcome="ok"}') == {(("outcome", "ok"),): 2.0}
         assert query(port, "dsv4_time_to_first_token_seconds_count") == {(): 2.0}

@@ -26,6 +26,19 @@ static void family(FILE *o, const char *name, const char *help, const char *type
     fprintf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A label value with \\, " and newline escaped. */
+static void label_value(FILE *o, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fputc('\\', o);
+        if (*v == '\n')
+            fputs("\\n", o);
+        else
+            fputc(*v, o);
+    }
+}
+
 static void num(FILE *o, double x)
 {
     if (isinf(x))
@@ -102,17 +115,22 @@ int dsv4_metrics_render(const struct dsv4_view *v, char **out, size_t *len)
     if (!o)
         return -errno;
     family(o, "dsv4_build_info", "The dsv4 version and source revision of this exporter.", "gauge");
-    fprintf(o, "dsv4_build_info{version=\"%s\",revision=\"%s\"} 1\n", DSV4_VERSION, DSV4_REVISION);
+    fputs("dsv4_build_info{version=\"", o);
+    label_value(o, DSV4_VERSION);
+    fputs("\",revision=\"", o);
+    label_value(o, DSV4_REVISION);
+    fputs("\"} 1\n", o);
 
     const void *base[DSV4_ROLE_COUNT];
     char labels[64];
     for (int r = 0; r < DSV4_ROLE_COUNT; r++)
         base[r] = v->page[r];
-    family(o, "dsv4_up", "1 when the daemon is ready to serve, else 0.", "gauge");
+    family(o, "dsv4_daemon_up", "1 when the daemon is ready to serve, else 0.", "gauge");
     for (int r = 0; r < DSV4_ROLE_COUNT; r++)
         if (v->page[r] && v->in_set[r]) {
             daemon_label(labels, sizeof(labels), r, NULL);
-            sample(o, "dsv4_up", labels, atomic_load(&v->page[r]->state) == DSV4_STATE_READY);
+            sample(o, "dsv4_daemon_up", labels,
+                   atomic_load(&v->page[r]->state) == DSV4_STATE_READY);
         }
     family(o, "dsv4_daemon_state", "Daemon state: 0 down, 1 starting, 2 ready, 3 failed.", "gauge");
     for (int r = 0; r < DSV4_ROLE_COUNT; r++)
