@@ -209,7 +209,8 @@ def api(port, path, **params):
 def query(port, q):
     """{labels-as-tuple: value} of an instant vector."""
     res = api(port, "query", query=q)["result"]
-    return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in ("instance", "job", "__name__"))):
+    skip = ("instance", "job", "__name__")
+    return {tuple(sorted((k, v) for k, v in r["metric"].items() if k not in skip)):
             float(r["value"][1]) for r in res}
 
 

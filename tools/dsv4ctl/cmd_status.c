@@ -151,7 +151,8 @@ int dsv4ctl_status(int argc, char **argv)
         if (print)
             printf("latency      count\n");
         for (size_t i = 0; i < dsv4_sv_n_hists; i++) {
-            const struct dsv4_hist_shm *h = (const void *)((const char *)sch + dsv4_sv_hists[i].off);
+            const struct dsv4_hist_shm *h =
+                (const void *)((const char *)sch + dsv4_sv_hists[i].off);
             add_hist(hs, dsv4_sv_hists[i].key, h->bucket, bounds, DSV4_HIST_N,
                      (double)atomic_load(&h->sum_us) / 1e6, print);
         }

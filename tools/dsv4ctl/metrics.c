@@ -138,7 +138,8 @@ int dsv4_metrics_render(const struct dsv4_view *v, char **out, size_t *len)
             daemon_label(labels, sizeof(labels), r, NULL);
             sample(o, "dsv4_daemon_state", labels, (double)atomic_load(&v->page[r]->state));
         }
-    family(o, "dsv4_daemon_resident_memory_bytes", "Resident set of the daemon's process.", "gauge");
+    family(o, "dsv4_daemon_resident_memory_bytes", "Resident set of the daemon's process.",
+           "gauge");
     for (int r = 0; r < DSV4_ROLE_COUNT; r++)
         if (v->page[r] && v->in_set[r]) {
             daemon_label(labels, sizeof(labels), r, NULL);

@@ -34,7 +34,8 @@ const struct dsv4_sv_field dsv4_sv_stats[] = {
       "Malformed or unexpected messages the daemon dropped.", C, DSV4_SV_ALL, S(bad_messages), 0 },
     { "dsv4_requests_total", "outcome=\"ok\"", "requests_ok",
       "Generation and scoring requests finished, by outcome.", C, SCHED, S(req_ok), 0 },
-    { "dsv4_requests_total", "outcome=\"error\"", "requests_error", NULL, C, SCHED, S(req_error), 0 },
+    { "dsv4_requests_total", "outcome=\"error\"", "requests_error", NULL, C, SCHED, S(req_error),
+      0 },
     { "dsv4_requests_total", "outcome=\"cancelled\"", "requests_cancelled", NULL, C, SCHED,
       S(req_cancelled), 0 },
     { "dsv4_requests_total", "outcome=\"busy\"", "requests_busy", NULL, C, SCHED, S(req_busy), 0 },
@@ -92,8 +93,8 @@ const struct dsv4_sv_hist dsv4_sv_hists[] = {
 const size_t dsv4_sv_n_hists = DSV4_ARRAY_SIZE(dsv4_sv_hists);
 
 const struct dsv4_sv_field dsv4_sv_expert[] = {
-    { "dsv4_expert_load_requests_total", NULL, "load_requests", "Expert loads asked of the fetcher.",
-      C, 0, E(requests), 0 },
+    { "dsv4_expert_load_requests_total", NULL, "load_requests",
+      "Expert loads asked of the fetcher.", C, 0, E(requests), 0 },
     { "dsv4_expert_cache_hits_total", NULL, "hits", "Expert loads found resident.", C, 0, E(hits),
       0 },
     { "dsv4_expert_cache_misses_total", NULL, "misses", "Expert loads that needed a read.", C, 0,

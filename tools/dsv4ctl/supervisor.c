@@ -156,7 +156,8 @@ static void describe_status(int st, char *buf, size_t n)
         snprintf(buf, n, "killed by signal SIG%s%s", sigabbrev_np(WTERMSIG(st)),
                  WCOREDUMP(st) ? " (core dumped)" : "");
     else if (WIFSIGNALED(st))
-        snprintf(buf, n, "killed by signal %d%s", WTERMSIG(st), WCOREDUMP(st) ? " (core dumped)" : "");
+        snprintf(buf, n, "killed by signal %d%s", WTERMSIG(st),
+                 WCOREDUMP(st) ? " (core dumped)" : "");
     else
         snprintf(buf, n, "status 0x%x", st);
 }
