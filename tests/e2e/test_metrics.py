@@ -15,6 +15,7 @@ Scenarios (each starts its own daemon set with --metrics-addr 127.0.0.1:0 and st
               no counter reset across it
 Skips (exit 77) only when the promtool / prometheus binary is missing (Debian: prometheus).
 """
+import glob
 import json
 import os
 import re
@@ -81,7 +82,12 @@ def start():
 
 
 def stop():
+    """Stop the set; a sanitizer report in any log (the exporter runs in the supervisor, whose
+    stderr is supervisor.log) fails the test."""
     ctl("stop", "--run-dir", run_dir, timeout=60)
+    for log in glob.glob(os.path.join(run_dir, "*.log")):
+        text = open(log, errors="replace").read()
+        assert "Sanitizer" not in text and "runtime error:" not in text, f"{log}:\n{text}"
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
