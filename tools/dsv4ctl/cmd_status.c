@@ -143,6 +143,8 @@ int dsv4ctl_status(int argc, char **argv)
         /* the scheduler's gauges at the top level too (scripts read these) */
         cJSON_AddNumberToObject(root, "queue_depth", (double)atomic_load(&sch->queue_depth));
         cJSON_AddNumberToObject(root, "active", (double)atomic_load(&sch->active));
+        cJSON_AddNumberToObject(root, "prefill_done", (double)atomic_load(&sch->prefill_done));
+        cJSON_AddNumberToObject(root, "prefill_total", (double)atomic_load(&sch->prefill_total));
         static const uint64_t bounds_us[] = DSV4_HIST_BOUNDS_US;
         double bounds[DSV4_HIST_N];
         for (int i = 0; i < DSV4_HIST_N - 1; i++)
