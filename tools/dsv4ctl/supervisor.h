@@ -9,11 +9,16 @@
  */
 #pragma once
 
+#include <stdbool.h>
+
 struct supervisor_opts {
     const char *run_dir;
     const char *model;
     int threads;
     double memory_gb;
+    const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */
+    bool metrics_explicit;      /* asked for: failing to listen there is an error */
+    bool foreground;            /* daemons' log lines also go to our stderr */
 };
 
 /*
