@@ -225,6 +225,14 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     reply(c);
 }
 
+/* Engine hook, after every layer of a forward: the watchdog sees a long prefill advance. */
+static void on_layer(void *ctx)
+{
+    struct compute *c = ctx;
+    atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+    dsv4_daemon_heartbeat(&c->d);
+}
+
 static void handle(struct compute *c)
 {
     struct dsv4_msg m;
@@ -324,7 +332,8 @@ int main(int argc, char **argv)
     const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
     c.delay_ms = delay ? atoi(delay) : 0;
     struct dsv4_engine_opts eo = { .n_threads = threads,
-                                   .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)) };
+                                   .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)),
+                                   .on_layer = on_layer, .on_layer_ctx = &c };
     struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
     if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
         struct dsv4_config cfg;
@@ -370,10 +379,14 @@ int main(int argc, char **argv)
         if (it[2].revents & ZMQ_POLLIN) {
             int r;
             while ((r = dsv4_zrecv(c.router, &c.in, 1, 1)) != -EAGAIN) {
-                if (r < 0)
+                if (r < 0) {
                     dsv4_daemon_bad_message(&c.d, "scheduler socket", "framing");
-                else
-                    handle(&c);
+                    continue;
+                }
+                atomic_store(&c.d.stats->active, 1);   /* work pending: the stall watchdog */
+                handle(&c);
+                atomic_store(&c.d.stats->active, 0);
+                dsv4_daemon_heartbeat(&c.d);
             }
         }
     }

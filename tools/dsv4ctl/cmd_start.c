@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
- * [--foreground]`: runs the supervisor (supervisor.c). By default it forks
+ * [--watchdog-s N] [--stall-s N] [--foreground]`: runs the supervisor
+ * (supervisor.c). --watchdog-s (default 30) and --stall-s (default 600; 0
+ * turns either off) bound how long a daemon may go without a heartbeat, or
+ * without progress while it has work, before the supervisor kills and
+ * restarts it. By default it forks
  * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
  * returns 0 only once every daemon is ready, else prints the reason and
  * exits 69. --foreground supervises in this process until SIGTERM.
@@ -26,10 +30,12 @@ int dsv4ctl_start(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
         { "foreground", no_argument, NULL, 'f' },
+        { "watchdog-s", required_argument, NULL, 'w' },
+        { "stall-s", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = 1 };
+    struct supervisor_opts o = { .threads = 1, .watchdog_s = 30, .stall_s = 600 };
     bool fg = false;
     int c;
     optind = 1;
@@ -40,15 +46,18 @@ int dsv4ctl_start(int argc, char **argv)
         case 't': o.threads = atoi(optarg); break;
         case 'g': o.memory_gb = atof(optarg); break;
         case 'f': fg = true; break;
+        case 'w': o.watchdog_s = atof(optarg); break;
+        case 'S': o.stall_s = atof(optarg); break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
-                   "[--run-dir DIR] [--foreground]\n");
+                   "[--run-dir DIR] [--watchdog-s N] [--stall-s N] [--foreground]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0) {
-        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1)\n");
+    if (!o.model || o.threads < 1 || o.memory_gb < 0 || !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
+        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
+                        "--watchdog-s and --stall-s >= 0)\n");
         return DSV4_EXIT_USAGE;
     }
     if (access(o.model, R_OK) != 0) {

@@ -89,10 +89,13 @@ int dsv4ctl_status(int argc, char **argv)
         cJSON_AddStringToObject(d, "state", st < 4 ? states[st] : "?");
         cJSON_AddNumberToObject(d, "uptime_s", up);
         cJSON_AddNumberToObject(d, "restarts", (double)atomic_load(&s->restarts));
+        cJSON_AddNumberToObject(d, "watchdog_kills", (double)atomic_load(&s->watchdog_kills));
         cJSON_AddNumberToObject(d, "rss_kib", (double)rss_kib((long)pid));
         if (r == DSV4_ROLE_SCHEDULER) {
             cJSON_AddNumberToObject(root, "queue_depth", (double)atomic_load(&s->queue_depth));
             cJSON_AddNumberToObject(root, "active", (double)atomic_load(&s->active));
+            cJSON_AddNumberToObject(root, "prefill_done", (double)atomic_load(&s->prefill_done));
+            cJSON_AddNumberToObject(root, "prefill_total", (double)atomic_load(&s->prefill_total));
             cJSON_AddNumberToObject(d, "requests_ok", (double)atomic_load(&s->req_ok));
             cJSON_AddNumberToObject(d, "requests_busy", (double)atomic_load(&s->req_busy));
             cJSON_AddNumberToObject(d, "requests_cancelled", (double)atomic_load(&s->req_cancelled));

@@ -4,7 +4,9 @@
  * stats pages and the control ROUTER; starts fetcher (when built) → compute
  * → scheduler, each only after the previous one said READY; restarts a
  * daemon that dies (alone, with exponential backoff and a crash-loop limit;
- * never one that exits 78 = bad config) and tells the others; on SIGTERM
+ * never one that exits 78 = bad config) and tells the others; kills with
+ * SIGKILL a daemon that is alive but hung (the watchdog: no heartbeat, or
+ * no progress with work pending), which then restarts the same way; on SIGTERM
  * stops scheduler → compute → fetcher and removes its shm and sockets.
  */
 #pragma once
@@ -14,6 +16,9 @@ struct supervisor_opts {
     const char *model;
     int threads;
     double memory_gb;
+    /* Watchdog (0 = off): kill a ready daemon that sends no HEARTBEAT for watchdog_s, or
+     * whose progress counter stays still for stall_s while it has work (stats `active`). */
+    double watchdog_s, stall_s;
 };
 
 /*
