@@ -75,6 +75,7 @@ struct compute {
     struct slot slots[MAX_SESSIONS];
     int vocab;
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
+    int layer_delay_ms;         /* DSV4_TEST_LAYER_DELAY_MS: a slow model (watchdog tests) */
     float *logits;
     size_t logits_cap;
     struct dsv4_zin in;
@@ -229,6 +230,8 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
 static void on_layer(void *ctx)
 {
     struct compute *c = ctx;
+    if (c->layer_delay_ms)
+        usleep((useconds_t)c->layer_delay_ms * 1000);
     atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
     dsv4_daemon_heartbeat(&c->d);
 }
@@ -331,6 +334,8 @@ int main(int argc, char **argv)
     }
     const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
     c.delay_ms = delay ? atoi(delay) : 0;
+    const char *layer_delay = getenv("DSV4_TEST_LAYER_DELAY_MS");
+    c.layer_delay_ms = layer_delay ? atoi(layer_delay) : 0;
     struct dsv4_engine_opts eo = { .n_threads = threads,
                                    .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)),
                                    .on_layer = on_layer, .on_layer_ctx = &c };

@@ -4,8 +4,8 @@
  * [--watchdog-s N] [--stall-s N] [--foreground]`: runs the supervisor
  * (supervisor.c). --watchdog-s (default 30) and --stall-s (default 600; 0
  * turns either off) bound how long a daemon may go without a heartbeat, or
- * without progress while it has work, before the supervisor kills and
- * restarts it. By default it forks
+ * compute without progress while it has work, before the supervisor kills
+ * and restarts it. By default it forks
  * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
  * returns 0 only once every daemon is ready, else prints the reason and
  * exits 69. --foreground supervises in this process until SIGTERM.

@@ -251,10 +251,14 @@ static void reap(struct sv *s, int *ready_fd)
  * resumes). Two signs: no HEARTBEAT for watchdog_s (heartbeats come from the
  * daemon's working thread, between messages and after every layer of a
  * forward, so a stopped, deadlocked or spinning daemon goes quiet while a
- * long prefill does not), or, with work pending (its `active` gauge), a
- * progress counter that has not moved for stall_s. The fetcher does not
- * speak on ctl.sock (its readiness is its segment's), so only compute and
- * the scheduler are watched.
+ * long prefill does not), or, for compute, a progress counter (bumped after
+ * every layer) that has not moved for stall_s while there is work: a command
+ * in hand (its `active` gauge) or requests running in the scheduler, which
+ * always has a command out to compute then. Killing compute is also the
+ * remedy when the scheduler lost a reply: PEER_RESTARTED makes it replay.
+ * The scheduler's loop never blocks, so its heartbeats are enough. The
+ * fetcher does not speak on ctl.sock (its readiness is its segment's), so
+ * only compute and the scheduler are watched.
  */
 static void watchdog(struct sv *s, uint64_t now)
 {
@@ -264,7 +268,9 @@ static void watchdog(struct sv *s, uint64_t now)
         if (r == DSV4_ROLE_FETCHER || !c->pid || !c->ready || c->killed)
             continue;
         uint64_t progress = atomic_load(&c->stats->progress);
-        if (progress != c->progress || atomic_load(&c->stats->active) == 0) {
+        bool work = r == DSV4_ROLE_COMPUTE &&
+                    (atomic_load(&c->stats->active) || atomic_load(&s->ch[DSV4_ROLE_SCHEDULER].stats->active));
+        if (progress != c->progress || !work) {
             c->progress = progress;
             c->still_since_ns = now;
         }

@@ -17,7 +17,7 @@ struct supervisor_opts {
     int threads;
     double memory_gb;
     /* Watchdog (0 = off): kill a ready daemon that sends no HEARTBEAT for watchdog_s, or
-     * whose progress counter stays still for stall_s while it has work (stats `active`). */
+     * compute when its progress counter stays still for stall_s while it has work. */
     double watchdog_s, stall_s;
 };
 
