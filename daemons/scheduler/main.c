@@ -10,7 +10,10 @@
  * the session and replays the sequence, and because sampling is a pure
  * function of (seed, token index) the stream continues exactly as an
  * uninterrupted run. A client that lost the scheduler itself resubmits with
- * the tokens it has (n_done) and the stream resumes the same way.
+ * the tokens it has (n_done) and the stream resumes the same way. A client
+ * that is gone (its process died) is noticed on the next send to it, and its
+ * request is cancelled: to_client(). A prefill in several chunks reports
+ * PROGRESS to its client and in the stats page's prefill gauges.
  *
  * The step: one command to compute at a time (compute is one sequence
  * engine); requests take turns. A generation step feeds the rows compute
