@@ -39,6 +39,7 @@ struct slot {
  */
 struct fetched {
     dsv4_fetcher_client *client;
+    struct dsv4_daemon *d;      /* a lease may wait on the disk: heartbeat after each */
     int n_experts;
     struct dsv4_expert_weights *store;  /* [n_layers * n_experts] */
 };
@@ -51,6 +52,7 @@ static int fetched_acquire(void *ctx, int layer, const int *ids, int n,
     if (n > (int)DSV4_ARRAY_SIZE(v))
         return dsv4_errf(err, -E2BIG, "layer %d: %d experts in one lease", layer, n);
     int r = dsv4_fetcher_client_acquire(f->client, layer, ids, n, v, err);
+    dsv4_daemon_heartbeat(f->d);
     if (r < 0)
         return r;
     for (int i = 0; i < n; i++) {
@@ -351,6 +353,7 @@ int main(int argc, char **argv)
             return 69;
         }
         c.fetched.n_experts = cfg.n_routed_experts;
+        c.fetched.d = &c.d;
         c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
                                        sizeof(*c.fetched.store));
         eo.experts = &prov;
