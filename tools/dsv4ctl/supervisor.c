@@ -274,12 +274,12 @@ static void watchdog(struct sv *s, uint64_t now)
             c->progress = progress;
             c->still_since_ns = now;
         }
-        char why[96];
+        char why[96];   /* the limit that was passed, not the (poll-dependent) time waited */
         if (hb_ns && now - c->beat_ns > hb_ns)
-            snprintf(why, sizeof(why), "hung: no heartbeat for %.0f s", (double)(now - c->beat_ns) / 1e9);
+            snprintf(why, sizeof(why), "hung: no heartbeat for %g s", s->o->watchdog_s);
         else if (stall_ns && now - c->still_since_ns > stall_ns)
-            snprintf(why, sizeof(why), "stalled: progress %llu unchanged for %.0f s with work pending",
-                     (unsigned long long)progress, (double)(now - c->still_since_ns) / 1e9);
+            snprintf(why, sizeof(why), "stalled: progress %llu unchanged for %g s with work pending",
+                     (unsigned long long)progress, s->o->stall_s);
         else
             continue;
         dsv4_log_warn("supervisor", "%s[%d] %s: SIGKILL", dsv4_role_name(r), (int)c->pid, why);
