@@ -22,8 +22,9 @@ process and no shared-memory segment is left):
               off by the progress-stall watchdog; a SIGSTOPped scheduler by the heartbeat
               watchdog: the client still prints exactly the uninterrupted ids, restarts = 1,
               watchdog_kills = 1 for that daemon only
-  client-gone kill -9 of a client during decode and during a long prefill: the scheduler
-              cancels the request (active 0, requests_cancelled + 1) and keeps serving
+  client-gone kill -9 of a client during decode, during a long prefill and while queued:
+              the scheduler cancels each request (active 0, requests_cancelled + 1) and
+              keeps serving
 """
 import glob
 import json
@@ -484,10 +485,26 @@ def client_gone():
                            lambda s: s["active"] == 0 and s["queue_depth"] == 0 and
                            daemon(s, "scheduler")["requests_cancelled"] == n + 1, timeout=10)
             assert daemon(st2, "scheduler")["requests_ok"] == 0, st2
+        # killed while queued behind --max-active (4) others: only the 1 s probe reaches it
+        busy = [gen(n=200) for _ in range(4)]
+        for b in busy:
+            os.read(b.stdout.fileno(), 1)
+        q = gen(n=200)
+        wait_for("queued", lambda s: s["active"] == 4 and s["queue_depth"] == 1)
+        q.kill()
+        q.wait()
+        wait_for("queued request cancelled", lambda s: s["queue_depth"] == 0 and
+                 daemon(s, "scheduler")["requests_cancelled"] == 3, timeout=10)
+        for b in busy:
+            b.kill()
+            b.wait()
+        st2 = wait_for("all cancelled", lambda s: s["active"] == 0 and
+                       daemon(s, "scheduler")["requests_cancelled"] == 7, timeout=10)
+        assert daemon(st2, "scheduler")["requests_ok"] == 0, st2
         assert ctl("gen", "--run-dir", run_dir, "--prompt-ids", PROMPT, "--max-tokens", "64",
                    "--format", "ids").stdout == ref
         log = open(os.path.join(run_dir, "scheduler.log")).read()
-        assert log.count("client gone, cancelling") == 2, log
+        assert log.count("client gone, cancelling") == 7, log
     finally:
         stop_and_check(st)
 
