@@ -26,6 +26,10 @@ struct dsv4_engine_opts {
     uint64_t expert_cache_bytes;    /* in-process provider LRU budget; 0 → 1 GiB */
     /* Optional external provider (the fetcher daemon); NULL → in-process pread + LRU. */
     const struct dsv4_expert_provider *experts;
+    /* Optional: called on the forwarding thread after every layer of every batched step
+     * (dsv4-compute heartbeats from it, so a long prefill never looks hung). */
+    void (*on_layer)(void *ctx);
+    void *on_layer_ctx;
 };
 
 int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,

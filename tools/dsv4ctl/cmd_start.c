@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
- * [--metrics-addr HOST:PORT | --no-metrics] [--foreground]`: runs the
+ * [--metrics-addr HOST:PORT | --no-metrics] [--watchdog-s N] [--stall-s N]
+ * [--foreground]`: runs the
  * supervisor (supervisor.c). By default it forks the supervisor into its own
  * session (log: RUN_DIR/supervisor.log) and returns 0 only once every daemon
  * is ready, else prints the reason and exits 69. --foreground supervises in
@@ -9,6 +10,9 @@
  * The supervisor serves Prometheus /metrics (metrics.c) on --metrics-addr
  * (default 127.0.0.1:9464; port 0 picks one; the address bound is in
  * RUN_DIR/metrics-addr).
+ * --watchdog-s (default 30) and --stall-s (default 600; 0 turns either off)
+ * bound how long a daemon may go without a heartbeat, or compute without
+ * progress while it has work, before the supervisor kills and restarts it.
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -33,10 +37,13 @@ int dsv4ctl_start(int argc, char **argv)
         { "foreground", no_argument, NULL, 'f' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "no-metrics", no_argument, NULL, 'N' },
+        { "watchdog-s", required_argument, NULL, 'w' },
+        { "stall-s", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = 1, .metrics_addr = DSV4_METRICS_DEFAULT_ADDR };
+    struct supervisor_opts o = { .threads = 1, .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
+                                 .watchdog_s = 30, .stall_s = 600 };
     bool fg = false;
     int c;
     optind = 1;
@@ -52,17 +59,20 @@ int dsv4ctl_start(int argc, char **argv)
             o.metrics_explicit = true;
             break;
         case 'N': o.metrics_addr = NULL; break;
+        case 'w': o.watchdog_s = atof(optarg); break;
+        case 'S': o.stall_s = atof(optarg); break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
                    "[--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
-                   ") | --no-metrics] [--foreground]\n");
+                   ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0) {
-        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1)\n");
+    if (!o.model || o.threads < 1 || o.memory_gb < 0 || !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
+        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
+                        "--watchdog-s and --stall-s >= 0)\n");
         return DSV4_EXIT_USAGE;
     }
     if (access(o.model, R_OK) != 0) {

@@ -40,6 +40,9 @@ struct child {
     int n_fail;
     uint64_t restart_at;        /* 0 = none pending */
     struct dsv4_stats_shm *stats;
+    /* watchdog: last HEARTBEAT, and since when the progress counter has been still */
+    uint64_t beat_ns, still_since_ns, progress;
+    bool killed;                /* SIGKILLed by the watchdog, not reaped yet */
 };
 
 struct sv {
@@ -139,6 +142,7 @@ static int spawn(struct sv *s, struct child *c)
     }
     c->pid = pid;
     c->ready = false;
+    c->killed = false;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store(&c->stats->started_unix_ms, (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
@@ -188,13 +192,21 @@ static void on_ctl(struct sv *s)
                         r < 0 ? "framing" : err.msg);
             continue;
         }
+        if (m.type == DSV4_MSG_HEARTBEAT) {
+            const struct dsv4_msg_heartbeat *hb = m.body;
+            if ((pid_t)hb->pid == s->ch[hb->role].pid)
+                s->ch[hb->role].beat_ns = dsv4_now_ns();
+            continue;
+        }
         if (m.type != DSV4_MSG_READY)
-            continue;   /* heartbeats: liveness is the stats page's progress counter */
+            continue;
         const struct dsv4_msg_ready *rd = m.body;
         struct child *c = &s->ch[rd->role];
         if ((pid_t)rd->pid != c->pid || c->ready)
             continue;
         c->ready = true;
+        c->beat_ns = c->still_since_ns = dsv4_now_ns();
+        c->progress = atomic_load(&c->stats->progress);
         dsv4_log_info("supervisor", "%s[%d] ready", dsv4_role_name(c->role), (int)c->pid);
         if (atomic_load(&c->stats->restarts) > 0)
             notify_peers(s, c->role);
@@ -246,6 +258,50 @@ static void reap(struct sv *s, int *ready_fd)
     }
 }
 
+/*
+ * The watchdog: a ready daemon that is alive but hung is SIGKILLed; reap()
+ * then restarts it like any other death (the scheduler replays, the client
+ * resumes). Two signs: no HEARTBEAT for watchdog_s (heartbeats come from the
+ * daemon's working thread, between messages and after every layer of a
+ * forward, so a stopped, deadlocked or spinning daemon goes quiet while a
+ * long prefill does not), or, for compute, a progress counter (bumped after
+ * every layer) that has not moved for stall_s while there is work: a command
+ * in hand (its `active` gauge) or requests running in the scheduler, which
+ * always has a command out to compute then. Killing compute is also the
+ * remedy when the scheduler lost a reply: PEER_RESTARTED makes it replay.
+ * The scheduler's loop never blocks, so its heartbeats are enough. The
+ * fetcher does not speak on ctl.sock (its readiness is its segment's), so
+ * only compute and the scheduler are watched.
+ */
+static void watchdog(struct sv *s, uint64_t now)
+{
+    uint64_t hb_ns = (uint64_t)(s->o->watchdog_s * 1e9), stall_ns = (uint64_t)(s->o->stall_s * 1e9);
+    for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
+        struct child *c = &s->ch[r];
+        if (r == DSV4_ROLE_FETCHER || !c->pid || !c->ready || c->killed)
+            continue;
+        uint64_t progress = atomic_load(&c->stats->progress);
+        bool work = r == DSV4_ROLE_COMPUTE &&
+                    (atomic_load(&c->stats->active) || atomic_load(&s->ch[DSV4_ROLE_SCHEDULER].stats->active));
+        if (progress != c->progress || !work) {
+            c->progress = progress;
+            c->still_since_ns = now;
+        }
+        char why[96];   /* the limit that was passed, not the (poll-dependent) time waited */
+        if (hb_ns && now - c->beat_ns > hb_ns)
+            snprintf(why, sizeof(why), "hung: no heartbeat for %g s", s->o->watchdog_s);
+        else if (stall_ns && now - c->still_since_ns > stall_ns)
+            snprintf(why, sizeof(why), "stalled: progress %llu unchanged for %g s with work pending",
+                     (unsigned long long)progress, s->o->stall_s);
+        else
+            continue;
+        dsv4_log_warn("supervisor", "%s[%d] %s: SIGKILL", dsv4_role_name(r), (int)c->pid, why);
+        atomic_fetch_add(&c->stats->watchdog_kills, 1);
+        c->killed = true;
+        kill(c->pid, SIGKILL);
+    }
+}
+
 static void handle_signals(struct sv *s, int *ready_fd)
 {
     struct signalfd_siginfo si;
@@ -282,6 +338,7 @@ static void turn(struct sv *s, int timeout_ms, int *ready_fd)
         }
     }
     uint64_t now = dsv4_now_ns();
+    watchdog(s, now);
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
         struct child *c = &s->ch[r];
         if (c->restart_at && now >= c->restart_at) {
