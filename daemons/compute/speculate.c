@@ -1,0 +1,306 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Speculative decoding loop (speculate.h): proposal, one batched verify forward with the
+ * drafter's taps captured, acceptance by the caller's choice rule, O(1) rollback, commit of
+ * the accepted rows' taps, and the verify-length policy with its quench.
+ *
+ * Policy (docs/ARCHITECTURE.md "DSpark"): the survival chance of slot i is the proposer's
+ * confidence times a calibration (measured accepted ÷ predicted, EMA); a verify of L drafts
+ * costs 1 + row_cost·L plain steps, row_cost measured from wall time (which includes the
+ * routed experts the extra rows pull in, and the drafting); L maximises (1 + expected accepted)
+ * ÷ cost. Quench: when the realised tokens per unit of plain-step time stay below 1 over a few
+ * verify steps, speculation is off for Q plain steps (Q doubles per consecutive quench, up to
+ * 256), then one probe step with the calibration reset.
+ */
+#include "speculate.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "util.h"
+
+#define FEED_ROWS 64        /* rows per captured forward while feeding */
+#define MAX_GAMMA 64
+#define EMA 0.2             /* weight of a new sample */
+#define GAIN_MIN_STEPS 4    /* verify steps measured before a quench decision */
+#define QUENCH_BASE 8
+#define QUENCH_MAX 256
+#define REFRESH_STEPS 64    /* re-measure a plain step at least this often */
+#define ROW_COST_PRIOR 0.25 /* before any measurement */
+
+struct dsv4_spec {
+    dsv4_session *s;
+    dsv4_drafter *d;
+    struct dsv4_proposer p;
+    struct dsv4_spec_opts o;
+    int gamma, vocab, eos, n_taps, dim;
+    const int *taps;
+    float *logits;          /* [gamma+1][vocab] */
+    float *hidden;          /* [max(gamma+1, FEED_ROWS)][n_taps*dim] */
+    /* policy */
+    double t_plain;         /* EMA of a plain step, ns (0: not measured) */
+    int since_plain;
+    double ema_acc, ema_exp;
+    double gain;
+    int n_gain, quench_left, quench_len;
+    bool probe;
+    struct dsv4_spec_stats st;
+};
+
+int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *p,
+                  const struct dsv4_spec_opts *o, dsv4_spec **ret, struct dsv4_err *err)
+{
+    const struct dsv4_config *c = &s->e->cfg;
+    dsv4_spec *sp = dsv4_xcalloc(1, sizeof(*sp));
+    sp->s = s;
+    sp->d = d;
+    if (p)
+        sp->p = *p;
+    if (o)
+        sp->o = *o;
+    sp->vocab = c->vocab_size;
+    sp->eos = c->eos_token_id;
+    sp->dim = c->dim;
+    sp->gamma = d ? dsv4_drafter_block(d) : c->dspark_block_size > 0 ? c->dspark_block_size : 5;
+    if (sp->o.fixed_verify > sp->gamma)
+        sp->gamma = sp->o.fixed_verify;
+    if (sp->gamma > MAX_GAMMA || sp->o.fixed_verify < 0) {
+        free(sp);
+        return dsv4_errf(err, -EINVAL, "speculate: verify length must be in 0..%d", MAX_GAMMA);
+    }
+    if (d) {
+        sp->taps = dsv4_drafter_taps(d, &sp->n_taps);
+        if (dsv4_drafter_pos(d) != dsv4_session_pos(s)) {
+            free(sp);
+            return dsv4_errf(err, -EINVAL, "speculate: drafter at %lld, session at %lld",
+                             (long long)dsv4_drafter_pos(d), (long long)dsv4_session_pos(s));
+        }
+    }
+    sp->logits = dsv4_xmalloc((size_t)(sp->gamma + 1) * sp->vocab * sizeof(float));
+    if (d)
+        sp->hidden = dsv4_xmalloc((size_t)DSV4_MAX(sp->gamma + 1, FEED_ROWS) * sp->n_taps *
+                                  sp->dim * sizeof(float));
+    sp->ema_acc = sp->ema_exp = 1.0;
+    sp->gain = 1.0;
+    sp->quench_len = QUENCH_BASE;
+    sp->st.row_cost = ROW_COST_PRIOR;
+    *ret = sp;
+    return 0;
+}
+
+dsv4_spec *dsv4_spec_free(dsv4_spec *sp)
+{
+    if (!sp)
+        return NULL;
+    free(sp->logits);
+    free(sp->hidden);
+    free(sp);
+    return NULL;
+}
+
+void dsv4_spec_get_stats(const dsv4_spec *sp, struct dsv4_spec_stats *ret)
+{
+    *ret = sp->st;
+}
+
+/* Forward rows at the session's position with the drafter's taps captured. */
+static int forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_mode mode,
+                   float *logits, struct dsv4_err *err)
+{
+    struct dsv4_capture cap = { sp->taps, sp->n_taps, sp->hidden };
+    return dsv4_session_forward_capture(sp->s, rows, n, mode, logits, sp->d ? &cap : NULL, err);
+}
+
+int dsv4_spec_feed(dsv4_spec *sp, const int32_t *tokens, int n, float *logits,
+                   struct dsv4_err *err)
+{
+    for (int done = 0; done < n;) {
+        int m = DSV4_MIN(FEED_ROWS, n - done);
+        int64_t pos = dsv4_session_pos(sp->s);
+        bool last = done + m == n;
+        int rc = forward(sp, tokens + done, m, last ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE,
+                         last ? logits : NULL, err);
+        if (rc == 0 && sp->d)
+            rc = dsv4_drafter_commit(sp->d, sp->hidden, m, pos, err);
+        if (rc < 0)
+            return rc;
+        done += m;
+    }
+    return 0;
+}
+
+/* Verify length: argmax over L of (1 + expected accepted) / (1 + row_cost·L). */
+static int choose_len(const dsv4_spec *sp, const float *conf, int lmax)
+{
+    double calib = sp->probe ? 1.0 : fmin(fmax(sp->ema_acc / sp->ema_exp, 0.0), 1.5);
+    double surv = 1.0, expect = 0.0, best = 1.0;
+    int bl = 0;
+    for (int l = 1; l <= lmax; l++) {
+        surv *= fmin(fmax((double)conf[l - 1] * calib, 0.0), 0.99);
+        expect += surv;
+        double v = (1.0 + expect) / (1.0 + sp->st.row_cost * l);
+        if (v > best) {
+            best = v;
+            bl = l;
+        }
+    }
+    return bl;
+}
+
+static void quench(dsv4_spec *sp)
+{
+    sp->quench_left = sp->quench_len;
+    sp->quench_len = DSV4_MIN(2 * sp->quench_len, QUENCH_MAX);
+    sp->st.quench_events++;
+    sp->n_gain = 0;
+}
+
+static void quench_update(dsv4_spec *sp, int tokens, double cost)
+{
+    double g = tokens / fmax(cost, 1e-9);
+    sp->gain = sp->n_gain ? (1 - EMA) * sp->gain + EMA * g : g;
+    sp->n_gain++;
+    if (sp->o.no_quench || sp->o.fixed_verify > 0)
+        return;
+    if (sp->n_gain >= GAIN_MIN_STEPS && sp->gain < 1.0)
+        quench(sp);
+    else if (sp->n_gain >= GAIN_MIN_STEPS && sp->gain > 1.1) {
+        sp->quench_len = QUENCH_BASE;
+    }
+}
+
+int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
+                   dsv4_choose_fn choose, void *choose_ctx, int32_t *out, struct dsv4_err *err)
+{
+    dsv4_session *s = sp->s;
+    int64_t P = dsv4_session_pos(s);
+    if (max_out < 1)
+        return dsv4_errf(err, -EINVAL, "speculate: no room for a token");
+    int32_t rows[MAX_GAMMA + 1], ids[MAX_GAMMA];
+    float conf[MAX_GAMMA];
+    int lmax = (int)DSV4_MIN((int64_t)sp->gamma, (int64_t)max_out - 1);
+    lmax = DSV4_MIN(lmax, s->max_rollback);
+    lmax = (int)DSV4_MAX(0, DSV4_MIN((int64_t)lmax, s->max_ctx - P - 1));
+    bool can = !sp->o.off && (sp->p.propose || sp->d) && lmax > 0;
+    bool refresh = sp->o.fixed_verify == 0 &&
+                   (sp->t_plain == 0.0 || sp->since_plain >= REFRESH_STEPS);
+    if (can && sp->quench_left > 0) {
+        can = false;
+        if (--sp->quench_left == 0)
+            sp->probe = true;
+    }
+    uint64_t t0 = dsv4_now_ns();
+    int L = 0, rc;
+    if (can && !refresh) {
+        if (sp->p.propose) {
+            rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
+        } else {
+            float cl[MAX_GAMMA];
+            rc = dsv4_drafter_draft(sp->d, anchor, NULL, ids, cl, NULL, err);
+            for (int i = 0; rc == 0 && i < sp->gamma; i++)
+                conf[i] = sigmoidf_(cl[i]);
+        }
+        if (rc < 0)
+            return rc;
+        L = sp->o.fixed_verify > 0 ? DSV4_MIN(sp->o.fixed_verify, lmax) : choose_len(sp, conf, lmax);
+        if (L == 0 && !sp->o.no_quench)
+            quench(sp);     /* the calibrated confidences say a verify is a loss */
+    }
+    rows[0] = anchor;
+    memcpy(rows + 1, ids, (size_t)L * sizeof(int32_t));
+    if (L > 0)
+        dsv4_session_snapshot(s);
+    if ((rc = forward(sp, rows, L + 1, DSV4_LOGITS_ALL, sp->logits, err)) < 0)
+        return rc;
+    /* accept the longest prefix the target itself would have produced */
+    int n_out = 0, keep = L + 1, accepted = 0;
+    for (int j = 0; j <= L; j++) {
+        int32_t g = choose(choose_ctx, sp->logits + (size_t)j * sp->vocab, sp->vocab,
+                           index + 1 + j);
+        out[n_out++] = g;
+        if (j == L || ids[j] != g) {
+            keep = j + 1;       /* rows anchor, d_1..d_j; g is the next anchor */
+            break;
+        }
+        accepted++;
+        if (g == sp->eos) {
+            keep = j + 1;       /* an accepted EOS ends the list, unfed */
+            break;
+        }
+    }
+    if (keep < L + 1 && (rc = dsv4_session_rollback(s, P + keep, err)) < 0)
+        return rc;
+    if (sp->d && (rc = dsv4_drafter_commit(sp->d, sp->hidden, keep, P, err)) < 0)
+        return rc;
+    double dt = (double)(dsv4_now_ns() - t0);
+
+    if (L == 0) {
+        sp->st.plain_steps++;
+        sp->t_plain = sp->t_plain == 0.0 ? dt : (1 - EMA) * sp->t_plain + EMA * dt;
+        sp->since_plain = 0;
+        return n_out;
+    }
+    sp->since_plain++;
+    sp->st.verify_steps++;
+    sp->st.proposed += (uint64_t)L;
+    sp->st.accepted += (uint64_t)accepted;
+    /* calibration: accepted vs what the raw confidences predicted */
+    double surv = 1.0, expect = 0.0;
+    for (int l = 0; l < L; l++) {
+        surv *= fmin(fmax((double)conf[l], 0.0), 0.99);
+        expect += surv;
+    }
+    if (sp->probe) {
+        sp->ema_acc = accepted;
+        sp->ema_exp = fmax(expect, 1e-3);
+        sp->probe = false;
+    } else {
+        sp->ema_acc = (1 - EMA) * sp->ema_acc + EMA * accepted;
+        sp->ema_exp = fmax((1 - EMA) * sp->ema_exp + EMA * expect, 1e-3);
+    }
+    double cost = 1.0 + sp->st.row_cost * L;
+    if (sp->t_plain > 0.0) {
+        cost = dt / sp->t_plain;
+        double rc1 = fmax((cost - 1.0) / L, 0.0);
+        sp->st.row_cost = (1 - EMA) * sp->st.row_cost + EMA * rc1;
+    }
+    quench_update(sp, n_out, cost);
+    return n_out;
+}
+
+/* ---- test-only replay proposer ---- */
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int replay_propose(void *ctx, int64_t pos, int64_t index, int32_t anchor, int gamma,
+                          int32_t *ids, float *conf, struct dsv4_err *err)
+{
+    (void)pos;
+    (void)anchor;
+    (void)err;
+    const struct dsv4_replay_spec *r = ctx;
+    for (int i = 0; i < gamma; i++) {
+        int64_t t = index + 1 + i;
+        int32_t v = t < r->n && r->cont[t] >= 0 ? r->cont[t] : 0;
+        bool wrong = r->err_all || (r->agree >= 0 && (int)(mix64((uint64_t)t) % 100) >= r->agree);
+        for (int k = 0; !wrong && k < r->n_err; k++)
+            wrong = r->err[k] == t;
+        ids[i] = wrong ? (v + 1) % r->vocab : v;
+        conf[i] = r->conf;
+    }
+    return 0;
+}
+
+struct dsv4_proposer dsv4_replay_proposer(const struct dsv4_replay_spec *r)
+{
+    return (struct dsv4_proposer){ (void *)(uintptr_t)r, replay_propose };
+}
