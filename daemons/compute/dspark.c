@@ -24,6 +24,7 @@ struct dsv4_drafter {
     dsv4_session *scr;      /* scratch holder: rows ≤ chunk */
     int chunk, W, D;
     int64_t n;              /* committed positions */
+    int64_t valid_from;     /* rows of positions valid_from..n-1 are in the ring */
     float *ring;            /* [stages][W][D], slot = pos mod W */
     float *x;               /* [γ][hc*dim] block streams */
     float *mx;              /* [chunk][dim] main_x rows */
@@ -149,6 +150,23 @@ dsv4_drafter *dsv4_drafter_free(dsv4_drafter *d)
 void dsv4_drafter_reset(dsv4_drafter *d)
 {
     d->n = 0;   /* slots are written before they become visible */
+    d->valid_from = 0;
+}
+
+int dsv4_drafter_skip_to(dsv4_drafter *d, int64_t pos, struct dsv4_err *err)
+{
+    if (pos < d->n)
+        return dsv4_errf(err, -EINVAL, "dspark: skip back to %lld, drafter holds %lld",
+                         (long long)pos, (long long)d->n);
+    if (pos > d->n)
+        d->valid_from = pos;
+    d->n = pos;
+    return 0;
+}
+
+int dsv4_drafter_window(const dsv4_drafter *d)
+{
+    return d->W;
 }
 
 int64_t dsv4_drafter_pos(const dsv4_drafter *d)
@@ -208,6 +226,9 @@ int dsv4_drafter_draft(dsv4_drafter *d, int32_t anchor, const int32_t *chain, in
     float eps = (float)c->norm_eps;
     if (d->n < 1)
         return dsv4_errf(err, -EINVAL, "dspark: drafting needs at least one committed row");
+    if (d->n - DSV4_MIN((int64_t)d->W, d->n) < d->valid_from)
+        return dsv4_errf(err, -EINVAL, "dspark: rows before %lld were skipped; drafting at %lld "
+                         "needs the last %d", (long long)d->valid_from, (long long)d->n, d->W);
     if (anchor < 0 || anchor >= V)
         return dsv4_errf(err, -EINVAL, "dspark: anchor %d outside the vocabulary (%d)", anchor,
                          V);

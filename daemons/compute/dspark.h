@@ -39,6 +39,15 @@ int dsv4_drafter_commit(dsv4_drafter *d, const float *hidden, int n, int64_t pos
                         struct dsv4_err *err);
 
 /*
+ * Skip positions dsv4_drafter_pos..pos-1 without their rows (pos ≥ dsv4_drafter_pos): a
+ * verifier that stopped proposing need not commit rows that leave the window before it drafts
+ * again. Drafting needs the rows of the last min(window, P) positions.
+ */
+int dsv4_drafter_skip_to(dsv4_drafter *d, int64_t pos, struct dsv4_err *err);
+/* The drafter's context window (sliding_window): rows older than P − window are never read. */
+int dsv4_drafter_window(const dsv4_drafter *d);
+
+/*
  * Draft one block for `anchor` (the newest token, at position P = dsv4_drafter_pos ≥ 1):
  * ids[γ] greedy proposals for positions P+1..P+γ; conf_logit[γ] the confidence head's raw
  * logits (probability = sigmoid); logits[γ][vocab] the Markov-corrected logits. Each output may

@@ -10,7 +10,7 @@
  * routed experts the extra rows pull in, and the drafting); L maximises (1 + expected accepted)
  * ÷ cost. Quench: when the realised tokens per unit of plain-step time stay below 1 over a few
  * verify steps, speculation is off for Q plain steps (Q doubles per consecutive quench, up to
- * 256), then one probe step with the calibration reset.
+ * 256), then one probe step that verifies the whole block.
  */
 #include "speculate.h"
 
@@ -39,11 +39,14 @@ struct dsv4_spec {
     int gamma, vocab, eos, n_taps, dim;
     const int *taps;
     float *logits;          /* [gamma+1][vocab] */
-    float *hidden;          /* [max(gamma+1, FEED_ROWS)][n_taps*dim] */
+    float *hidden;          /* [max(gamma+1, FEED_ROWS, W)][n_taps*dim] */
+    float *tap_ring;        /* [W][n_taps*dim]: taps of fed rows, slot = pos mod W */
+    int W;
     /* policy */
     double t_plain;         /* EMA of a plain step, ns (0: not measured) */
     int since_plain;
-    double ema_acc, ema_exp;
+    double ema_acc[MAX_GAMMA], ema_conf[MAX_GAMMA];   /* per slot, over steps reaching it */
+    int seen[MAX_GAMMA];
     double gain;
     int n_gain, quench_left, quench_len;
     bool probe;
@@ -80,10 +83,14 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
         }
     }
     sp->logits = dsv4_xmalloc((size_t)(sp->gamma + 1) * sp->vocab * sizeof(float));
-    if (d)
-        sp->hidden = dsv4_xmalloc((size_t)DSV4_MAX(sp->gamma + 1, FEED_ROWS) * sp->n_taps *
-                                  sp->dim * sizeof(float));
-    sp->ema_acc = sp->ema_exp = 1.0;
+    if (d) {
+        sp->W = dsv4_drafter_window(d);
+        int rows = DSV4_MAX(DSV4_MAX(sp->gamma + 1, FEED_ROWS), sp->W);
+        sp->hidden = dsv4_xmalloc((size_t)rows * sp->n_taps * sp->dim * sizeof(float));
+        sp->tap_ring = dsv4_xmalloc((size_t)sp->W * sp->n_taps * sp->dim * sizeof(float));
+    }
+    for (int i = 0; i < MAX_GAMMA; i++)
+        sp->ema_acc[i] = sp->ema_conf[i] = 1.0;
     sp->gain = 1.0;
     sp->quench_len = QUENCH_BASE;
     sp->st.row_cost = ROW_COST_PRIOR;
@@ -97,6 +104,7 @@ dsv4_spec *dsv4_spec_free(dsv4_spec *sp)
         return NULL;
     free(sp->logits);
     free(sp->hidden);
+    free(sp->tap_ring);
     free(sp);
     return NULL;
 }
@@ -114,6 +122,31 @@ static int forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_m
     return dsv4_session_forward_capture(sp->s, rows, n, mode, logits, sp->d ? &cap : NULL, err);
 }
 
+/* Keep the taps of the first n rows of the last forward (positions pos..) for the drafter. */
+static void stash(dsv4_spec *sp, int64_t pos, int n)
+{
+    size_t w = (size_t)sp->n_taps * sp->dim;
+    for (int r = DSV4_MAX(0, n - sp->W); r < n; r++)
+        memcpy(sp->tap_ring + (size_t)((pos + r) % sp->W) * w, sp->hidden + (size_t)r * w,
+               w * sizeof(float));
+}
+
+int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err)
+{
+    if (!sp->d)
+        return 0;
+    int64_t P = dsv4_session_pos(sp->s), from = dsv4_drafter_pos(sp->d);
+    if (from >= P)
+        return 0;
+    int64_t start = DSV4_MAX(from, P - sp->W);
+    int rc = dsv4_drafter_skip_to(sp->d, start, err);
+    size_t w = (size_t)sp->n_taps * sp->dim;
+    for (int64_t p = start; p < P; p++)
+        memcpy(sp->hidden + (size_t)(p - start) * w, sp->tap_ring + (size_t)(p % sp->W) * w,
+               w * sizeof(float));
+    return rc < 0 ? rc : dsv4_drafter_commit(sp->d, sp->hidden, (int)(P - start), start, err);
+}
+
 int dsv4_spec_feed(dsv4_spec *sp, const int32_t *tokens, int n, float *logits,
                    struct dsv4_err *err)
 {
@@ -123,23 +156,30 @@ int dsv4_spec_feed(dsv4_spec *sp, const int32_t *tokens, int n, float *logits,
         bool last = done + m == n;
         int rc = forward(sp, tokens + done, m, last ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE,
                          last ? logits : NULL, err);
-        if (rc == 0 && sp->d)
-            rc = dsv4_drafter_commit(sp->d, sp->hidden, m, pos, err);
         if (rc < 0)
             return rc;
+        if (sp->d)
+            stash(sp, pos, m);
         done += m;
     }
     return 0;
 }
 
+/* Survival chance of slot i given its prefix survived: the proposer's confidence times the
+ * slot's calibration (measured acceptance ÷ mean confidence), at most 0.99. */
+static double survival(const dsv4_spec *sp, const float *conf, int i)
+{
+    double calib = fmin(sp->ema_acc[i] / fmax(sp->ema_conf[i], 1e-6), 1e3);
+    return fmin(fmax((double)conf[i] * calib, 0.0), 0.99);
+}
+
 /* Verify length: argmax over L of (1 + expected accepted) / (1 + row_cost·L). */
 static int choose_len(const dsv4_spec *sp, const float *conf, int lmax)
 {
-    double calib = sp->probe ? 1.0 : fmin(fmax(sp->ema_acc / sp->ema_exp, 0.0), 1.5);
     double surv = 1.0, expect = 0.0, best = 1.0;
     int bl = 0;
     for (int l = 1; l <= lmax; l++) {
-        surv *= fmin(fmax((double)conf[l - 1] * calib, 0.0), 0.99);
+        surv *= survival(sp, conf, l - 1);
         expect += surv;
         double v = (1.0 + expect) / (1.0 + sp->st.row_cost * l);
         if (v > best) {
@@ -199,13 +239,19 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
             rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
         } else {
             float cl[MAX_GAMMA];
-            rc = dsv4_drafter_draft(sp->d, anchor, NULL, ids, cl, NULL, err);
+            rc = dsv4_spec_flush(sp, err);
+            if (rc == 0)
+                rc = dsv4_drafter_draft(sp->d, anchor, NULL, ids, cl, NULL, err);
             for (int i = 0; rc == 0 && i < sp->gamma; i++)
                 conf[i] = sigmoidf_(cl[i]);
         }
         if (rc < 0)
             return rc;
-        L = sp->o.fixed_verify > 0 ? DSV4_MIN(sp->o.fixed_verify, lmax) : choose_len(sp, conf, lmax);
+        /* a probe verifies the whole block so that every slot's calibration gets a sample */
+        L = sp->o.fixed_verify > 0 ? DSV4_MIN(sp->o.fixed_verify, lmax)
+            : sp->probe            ? lmax
+                                   : choose_len(sp, conf, lmax);
+        sp->probe = false;
         if (L == 0 && !sp->o.no_quench)
             quench(sp);     /* the calibrated confidences say a verify is a loss */
     }
@@ -233,8 +279,8 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     }
     if (keep < L + 1 && (rc = dsv4_session_rollback(s, P + keep, err)) < 0)
         return rc;
-    if (sp->d && (rc = dsv4_drafter_commit(sp->d, sp->hidden, keep, P, err)) < 0)
-        return rc;
+    if (sp->d)
+        stash(sp, P, keep);
     double dt = (double)(dsv4_now_ns() - t0);
 
     if (L == 0) {
@@ -247,19 +293,11 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     sp->st.verify_steps++;
     sp->st.proposed += (uint64_t)L;
     sp->st.accepted += (uint64_t)accepted;
-    /* calibration: accepted vs what the raw confidences predicted */
-    double surv = 1.0, expect = 0.0;
-    for (int l = 0; l < L; l++) {
-        surv *= fmin(fmax((double)conf[l], 0.0), 0.99);
-        expect += surv;
-    }
-    if (sp->probe) {
-        sp->ema_acc = accepted;
-        sp->ema_exp = fmax(expect, 1e-3);
-        sp->probe = false;
-    } else {
-        sp->ema_acc = (1 - EMA) * sp->ema_acc + EMA * accepted;
-        sp->ema_exp = fmax((1 - EMA) * sp->ema_exp + EMA * expect, 1e-3);
+    /* calibration of every slot the step reached (all before it accepted) */
+    for (int i = 0; i < L && i <= accepted; i++) {
+        double w = sp->seen[i]++ ? EMA : 1.0;   /* the first sample replaces the prior */
+        sp->ema_acc[i] = (1 - w) * sp->ema_acc[i] + w * (i < accepted);
+        sp->ema_conf[i] = (1 - w) * sp->ema_conf[i] + w * conf[i];
     }
     double cost = 1.0 + sp->st.row_cost * L;
     if (sp->t_plain > 0.0) {

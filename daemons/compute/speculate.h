@@ -62,6 +62,9 @@ dsv4_spec *dsv4_spec_free(dsv4_spec *sp);
 /* Feed tokens (the prompt, or replayed committed tokens) and commit them; logits of the last. */
 int dsv4_spec_feed(dsv4_spec *sp, const int32_t *tokens, int n, float *logits,
                    struct dsv4_err *err);
+/* Commit the rows the drafter still lacks (the last window of them; rows are committed lazily,
+ * when a proposal needs them, so steps without speculation cost no drafter work). */
+int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err);
 /*
  * One step from `anchor` (generated token number `index`, not yet fed): out[0..ret) receives
  * the next tokens (≥ 1, at most max_out; the last is the next anchor; an EOS ends the list).
