@@ -237,6 +237,12 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     if (can && !refresh) {
         if (sp->p.propose) {
             rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
+            if (rc == 0 && sp->o.draft_cost && sp->d) {
+                int32_t waste[MAX_GAMMA];
+                rc = dsv4_spec_flush(sp, err);
+                if (rc == 0)
+                    rc = dsv4_drafter_draft(sp->d, anchor, NULL, waste, NULL, NULL, err);
+            }
         } else {
             float cl[MAX_GAMMA];
             rc = dsv4_spec_flush(sp, err);

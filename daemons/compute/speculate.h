@@ -39,6 +39,8 @@ struct dsv4_spec_opts {
     int fixed_verify;       /* > 0: always verify this many drafts (tests, benchmarks); 0: policy */
     bool no_quench;         /* never switch speculation off */
     bool off;               /* plain decoding through the same code (no proposals) */
+    bool draft_cost;        /* benchmarks: with a test proposer, run the drafter too and
+                             * discard its block (the drafting cost without a trained drafter) */
 };
 
 struct dsv4_spec_stats {

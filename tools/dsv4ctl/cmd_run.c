@@ -54,7 +54,8 @@ static int spec_open(const struct engine_args *a, dsv4_engine *e, dsv4_session *
     struct dsv4_proposer p = r->have_prop ? dsv4_replay_proposer(&r->prop.spec)
                                           : (struct dsv4_proposer){ 0 };
     struct dsv4_spec_opts o = { .fixed_verify = a->dspark_verify,
-                                .no_quench = a->dspark_no_quench };
+                                .no_quench = a->dspark_no_quench,
+                                .draft_cost = r->have_prop && r->prop.draft_cost };
     if (dsv4_spec_new(s, r->d, r->have_prop ? &p : NULL, &o, &r->sp, &err) < 0) {
         fprintf(stderr, "dsv4ctl run: --dspark: %s\n", err.msg);
         return DSV4_EXIT_USAGE;

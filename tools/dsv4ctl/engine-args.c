@@ -176,7 +176,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                    generate ? "ids" : "tsv",
                    generate ? " [--dspark|--no-dspark] [--dspark-verify N] [--dspark-no-quench]"
                               " [--dspark-proposer replay:FILE[:err=N,..|all][:agree=P]"
-                              "[:conf=C]] (test-only)" : "");
+                              "[:conf=C][:draft]] (test-only)" : "");
             return -1;
         case ':':
             fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);

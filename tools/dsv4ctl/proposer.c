@@ -68,7 +68,9 @@ int dsv4ctl_proposer_parse(const char *arg, int vocab, struct dsv4ctl_proposer *
     int rc = file ? read_ids(file, p) : DSV4_EXIT_USAGE;
     for (char *opt; rc == 0 && (opt = strtok_r(NULL, ":", &save));) {
         char *end;
-        if (strcmp(opt, "err=all") == 0) {
+        if (strcmp(opt, "draft") == 0) {
+            p->draft_cost = true;
+        } else if (strcmp(opt, "err=all") == 0) {
             p->spec.err_all = true;
         } else if (strncmp(opt, "err=", 4) == 0) {
             for (char *s = opt + 4; rc == 0;) {
@@ -102,7 +104,7 @@ int dsv4ctl_proposer_parse(const char *arg, int vocab, struct dsv4ctl_proposer *
     free(copy);
     if (rc == DSV4_EXIT_USAGE)
         fprintf(stderr, "dsv4ctl: bad --dspark-proposer '%s' (replay:FILE[:err=N,..|all]"
-                        "[:agree=P][:conf=C])\n", arg);
+                        "[:agree=P][:conf=C][:draft])\n", arg);
     if (rc)
         dsv4ctl_proposer_free(p);
     return rc;
