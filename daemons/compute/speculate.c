@@ -23,13 +23,8 @@
 #include "util.h"
 
 #define FEED_ROWS 64        /* rows per captured forward while feeding */
-#define MAX_GAMMA 64
-#define EMA 0.2             /* weight of a new sample */
-#define GAIN_MIN_STEPS 4    /* verify steps measured before a quench decision */
-#define QUENCH_BASE 8
-#define QUENCH_MAX 256
-#define REFRESH_STEPS 64    /* re-measure a plain step at least this often */
-#define ROW_COST_PRIOR 0.25 /* before any measurement */
+#define MAX_GAMMA DSV4_SPEC_MAX_GAMMA
+#define TAP_SLACK 128       /* tap ring beyond the window: rows a rollback may undo */
 
 struct dsv4_spec {
     dsv4_session *s;
@@ -40,17 +35,9 @@ struct dsv4_spec {
     const int *taps;
     float *logits;          /* [gamma+1][vocab] */
     float *hidden;          /* [max(gamma+1, FEED_ROWS, W)][n_taps*dim] */
-    float *tap_ring;        /* [W][n_taps*dim]: taps of fed rows, slot = pos mod W */
-    int W;
-    /* policy */
-    double t_plain;         /* EMA of a plain step, ns (0: not measured) */
-    int since_plain;
-    double ema_acc[MAX_GAMMA], ema_conf[MAX_GAMMA];   /* per slot, over steps reaching it */
-    int seen[MAX_GAMMA];
-    double gain;
-    int n_gain, quench_left, quench_len;
-    bool probe;
-    struct dsv4_spec_stats st;
+    float *tap_ring;        /* [cap][n_taps*dim]: taps of fed rows, slot = pos mod cap */
+    int W, cap;
+    struct dsv4_spec_policy pol;
 };
 
 int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *p,
@@ -64,6 +51,7 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
         sp->p = *p;
     if (o)
         sp->o = *o;
+    dsv4_spec_policy_init(&sp->pol, o);
     sp->vocab = c->vocab_size;
     sp->eos = c->eos_token_id;
     sp->dim = c->dim;
@@ -85,15 +73,11 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
     sp->logits = dsv4_xmalloc((size_t)(sp->gamma + 1) * sp->vocab * sizeof(float));
     if (d) {
         sp->W = dsv4_drafter_window(d);
+        sp->cap = sp->W + TAP_SLACK;
         int rows = DSV4_MAX(DSV4_MAX(sp->gamma + 1, FEED_ROWS), sp->W);
         sp->hidden = dsv4_xmalloc((size_t)rows * sp->n_taps * sp->dim * sizeof(float));
-        sp->tap_ring = dsv4_xmalloc((size_t)sp->W * sp->n_taps * sp->dim * sizeof(float));
+        sp->tap_ring = dsv4_xmalloc((size_t)sp->cap * sp->n_taps * sp->dim * sizeof(float));
     }
-    for (int i = 0; i < MAX_GAMMA; i++)
-        sp->ema_acc[i] = sp->ema_conf[i] = 1.0;
-    sp->gain = 1.0;
-    sp->quench_len = QUENCH_BASE;
-    sp->st.row_cost = ROW_COST_PRIOR;
     *ret = sp;
     return 0;
 }
@@ -111,7 +95,7 @@ dsv4_spec *dsv4_spec_free(dsv4_spec *sp)
 
 void dsv4_spec_get_stats(const dsv4_spec *sp, struct dsv4_spec_stats *ret)
 {
-    *ret = sp->st;
+    *ret = sp->pol.st;
 }
 
 /* Forward rows at the session's position with the drafter's taps captured. */
@@ -126,8 +110,8 @@ static int forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_m
 static void stash(dsv4_spec *sp, int64_t pos, int n)
 {
     size_t w = (size_t)sp->n_taps * sp->dim;
-    for (int r = DSV4_MAX(0, n - sp->W); r < n; r++)
-        memcpy(sp->tap_ring + (size_t)((pos + r) % sp->W) * w, sp->hidden + (size_t)r * w,
+    for (int r = DSV4_MAX(0, n - sp->cap); r < n; r++)
+        memcpy(sp->tap_ring + (size_t)((pos + r) % sp->cap) * w, sp->hidden + (size_t)r * w,
                w * sizeof(float));
 }
 
@@ -142,7 +126,7 @@ int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err)
     int rc = dsv4_drafter_skip_to(sp->d, start, err);
     size_t w = (size_t)sp->n_taps * sp->dim;
     for (int64_t p = start; p < P; p++)
-        memcpy(sp->hidden + (size_t)(p - start) * w, sp->tap_ring + (size_t)(p % sp->W) * w,
+        memcpy(sp->hidden + (size_t)(p - start) * w, sp->tap_ring + (size_t)(p % sp->cap) * w,
                w * sizeof(float));
     return rc < 0 ? rc : dsv4_drafter_commit(sp->d, sp->hidden, (int)(P - start), start, err);
 }
@@ -165,51 +149,46 @@ int dsv4_spec_feed(dsv4_spec *sp, const int32_t *tokens, int n, float *logits,
     return 0;
 }
 
-/* Survival chance of slot i given its prefix survived: the proposer's confidence times the
- * slot's calibration (measured acceptance ÷ mean confidence), at most 0.99. */
-static double survival(const dsv4_spec *sp, const float *conf, int i)
+int dsv4_spec_forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_mode mode,
+                      float *logits, struct dsv4_err *err)
 {
-    double calib = fmin(sp->ema_acc[i] / fmax(sp->ema_conf[i], 1e-6), 1e3);
-    return fmin(fmax((double)conf[i] * calib, 0.0), 0.99);
-}
-
-/* Verify length: argmax over L of (1 + expected accepted) / (1 + row_cost·L). */
-static int choose_len(const dsv4_spec *sp, const float *conf, int lmax)
-{
-    double surv = 1.0, expect = 0.0, best = 1.0;
-    int bl = 0;
-    for (int l = 1; l <= lmax; l++) {
-        surv *= survival(sp, conf, l - 1);
-        expect += surv;
-        double v = (1.0 + expect) / (1.0 + sp->st.row_cost * l);
-        if (v > best) {
-            best = v;
-            bl = l;
-        }
+    int64_t pos = dsv4_session_pos(sp->s);
+    int done = 0, rc = 0;
+    /* the taps buffer holds FEED_ROWS rows: longer batches go in pieces (same results) */
+    while (rc == 0 && done < n) {
+        int m = sp->d ? DSV4_MIN(FEED_ROWS, n - done) : n;
+        bool last = done + m == n;
+        enum dsv4_logits_mode md = mode == DSV4_LOGITS_ALL ? mode : last ? mode : DSV4_LOGITS_NONE;
+        float *lg = mode == DSV4_LOGITS_ALL ? logits + (size_t)done * sp->vocab
+                    : last                  ? logits
+                                            : NULL;
+        rc = forward(sp, rows + done, m, md, lg, err);
+        if (rc == 0 && sp->d)
+            stash(sp, pos + done, m);
+        done += m;
     }
-    return bl;
+    return rc;
 }
 
-static void quench(dsv4_spec *sp)
+int dsv4_spec_draft(dsv4_spec *sp, int32_t anchor, int32_t *ids, float *conf,
+                    struct dsv4_err *err)
 {
-    sp->quench_left = sp->quench_len;
-    sp->quench_len = DSV4_MIN(2 * sp->quench_len, QUENCH_MAX);
-    sp->st.quench_events++;
-    sp->n_gain = 0;
+    if (!sp->d)
+        return dsv4_errf(err, -ENOENT, "speculate: no drafter");
+    float cl[MAX_GAMMA];
+    int rc = dsv4_spec_flush(sp, err);
+    if (rc == 0)
+        rc = dsv4_drafter_draft(sp->d, anchor, NULL, ids, cl, NULL, err);
+    for (int i = 0; rc == 0 && i < sp->gamma; i++)
+        conf[i] = sigmoidf_(cl[i]);
+    return rc;
 }
 
-static void quench_update(dsv4_spec *sp, int tokens, double cost)
+void dsv4_spec_sync(dsv4_spec *sp)
 {
-    double g = tokens / fmax(cost, 1e-9);
-    sp->gain = sp->n_gain ? (1 - EMA) * sp->gain + EMA * g : g;
-    sp->n_gain++;
-    if (sp->o.no_quench || sp->o.fixed_verify > 0)
-        return;
-    if (sp->n_gain >= GAIN_MIN_STEPS && sp->gain < 1.0)
-        quench(sp);
-    else if (sp->n_gain >= GAIN_MIN_STEPS && sp->gain > 1.1) {
-        sp->quench_len = QUENCH_BASE;
-    }
+    /* rows past the session are stale; the tap ring still holds the window before it */
+    if (sp->d && dsv4_drafter_pos(sp->d) > dsv4_session_pos(sp->s))
+        dsv4_drafter_reset(sp->d);
 }
 
 int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
@@ -225,41 +204,22 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     lmax = DSV4_MIN(lmax, s->max_rollback);
     lmax = (int)DSV4_MAX(0, DSV4_MIN((int64_t)lmax, s->max_ctx - P - 1));
     bool can = !sp->o.off && (sp->p.propose || sp->d) && lmax > 0;
-    bool refresh = sp->o.fixed_verify == 0 &&
-                   (sp->t_plain == 0.0 || sp->since_plain >= REFRESH_STEPS);
-    if (can && sp->quench_left > 0) {
-        can = false;
-        if (--sp->quench_left == 0)
-            sp->probe = true;
-    }
     uint64_t t0 = dsv4_now_ns();
     int L = 0, rc;
-    if (can && !refresh) {
+    if (can && dsv4_spec_policy_propose(&sp->pol)) {
         if (sp->p.propose) {
             rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
             if (rc == 0 && sp->o.draft_cost && sp->d) {
                 int32_t waste[MAX_GAMMA];
-                rc = dsv4_spec_flush(sp, err);
-                if (rc == 0)
-                    rc = dsv4_drafter_draft(sp->d, anchor, NULL, waste, NULL, NULL, err);
+                float wc[MAX_GAMMA];
+                rc = dsv4_spec_draft(sp, anchor, waste, wc, err);
             }
         } else {
-            float cl[MAX_GAMMA];
-            rc = dsv4_spec_flush(sp, err);
-            if (rc == 0)
-                rc = dsv4_drafter_draft(sp->d, anchor, NULL, ids, cl, NULL, err);
-            for (int i = 0; rc == 0 && i < sp->gamma; i++)
-                conf[i] = sigmoidf_(cl[i]);
+            rc = dsv4_spec_draft(sp, anchor, ids, conf, err);
         }
         if (rc < 0)
             return rc;
-        /* a probe verifies the whole block so that every slot's calibration gets a sample */
-        L = sp->o.fixed_verify > 0 ? DSV4_MIN(sp->o.fixed_verify, lmax)
-            : sp->probe            ? lmax
-                                   : choose_len(sp, conf, lmax);
-        sp->probe = false;
-        if (L == 0 && !sp->o.no_quench)
-            quench(sp);     /* the calibrated confidences say a verify is a loss */
+        L = dsv4_spec_policy_len(&sp->pol, conf, lmax);
     }
     rows[0] = anchor;
     memcpy(rows + 1, ids, (size_t)L * sizeof(int32_t));
@@ -287,31 +247,8 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
         return rc;
     if (sp->d)
         stash(sp, P, keep);
-    double dt = (double)(dsv4_now_ns() - t0);
-
-    if (L == 0) {
-        sp->st.plain_steps++;
-        sp->t_plain = sp->t_plain == 0.0 ? dt : (1 - EMA) * sp->t_plain + EMA * dt;
-        sp->since_plain = 0;
-        return n_out;
-    }
-    sp->since_plain++;
-    sp->st.verify_steps++;
-    sp->st.proposed += (uint64_t)L;
-    sp->st.accepted += (uint64_t)accepted;
-    /* calibration of every slot the step reached (all before it accepted) */
-    for (int i = 0; i < L && i <= accepted; i++) {
-        double w = sp->seen[i]++ ? EMA : 1.0;   /* the first sample replaces the prior */
-        sp->ema_acc[i] = (1 - w) * sp->ema_acc[i] + w * (i < accepted);
-        sp->ema_conf[i] = (1 - w) * sp->ema_conf[i] + w * conf[i];
-    }
-    double cost = 1.0 + sp->st.row_cost * L;
-    if (sp->t_plain > 0.0) {
-        cost = dt / sp->t_plain;
-        double rc1 = fmax((cost - 1.0) / L, 0.0);
-        sp->st.row_cost = (1 - EMA) * sp->st.row_cost + EMA * rc1;
-    }
-    quench_update(sp, n_out, cost);
+    dsv4_spec_policy_record(&sp->pol, L, conf, accepted, n_out,
+                            (double)(dsv4_now_ns() - t0));
     return n_out;
 }
 

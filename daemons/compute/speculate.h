@@ -20,6 +20,7 @@
 
 #include "dspark.h"
 #include "engine.h"
+#include "spec_policy.h"
 
 struct dsv4_proposer {
     void *ctx;
@@ -34,23 +35,6 @@ struct dsv4_proposer {
 
 /* The target's choice for generated token number `index` from its logits. */
 typedef int32_t (*dsv4_choose_fn)(void *ctx, const float *logits, int vocab, int64_t index);
-
-struct dsv4_spec_opts {
-    int fixed_verify;       /* > 0: always verify this many drafts (tests, benchmarks); 0: policy */
-    bool no_quench;         /* never switch speculation off */
-    bool off;               /* plain decoding through the same code (no proposals) */
-    bool draft_cost;        /* benchmarks: with a test proposer, run the drafter too and
-                             * discard its block (the drafting cost without a trained drafter) */
-};
-
-struct dsv4_spec_stats {
-    uint64_t proposed;      /* drafts verified */
-    uint64_t accepted;      /* drafts accepted */
-    uint64_t verify_steps;  /* steps that verified ≥ 1 draft */
-    uint64_t plain_steps;   /* steps with no draft (policy, quench, off) */
-    uint64_t quench_events; /* times the quench switched speculation off */
-    double row_cost;        /* measured cost of one extra verify row / plain step */
-};
 
 typedef struct dsv4_spec dsv4_spec;
 
@@ -75,6 +59,16 @@ int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err);
 int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
                    dsv4_choose_fn choose, void *choose_ctx, int32_t *out, struct dsv4_err *err);
 void dsv4_spec_get_stats(const dsv4_spec *sp, struct dsv4_spec_stats *ret);
+
+/* Parts of a step for a verifier elsewhere (the compute daemon serving the scheduler): */
+/* forward rows at the session's position, keeping their taps for the drafter; */
+int dsv4_spec_forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_mode mode,
+                      float *logits, struct dsv4_err *err);
+/* the drafter's block for `anchor` at the session's position (conf = probabilities); */
+int dsv4_spec_draft(dsv4_spec *sp, int32_t anchor, int32_t *ids, float *conf,
+                    struct dsv4_err *err);
+/* after a session rollback: forget drafter rows past the session's position. */
+void dsv4_spec_sync(dsv4_spec *sp);
 
 /*
  * Test-only proposer (tests/, benchmarks): replays a known continuation cont[0..n) (generated
