@@ -26,6 +26,8 @@ import tempfile
 def run(a, *extra):
     cmd = [a.dsv4ctl, "run", "--model", a.model, "--prompt-ids", a.ids, "--max-tokens",
            str(a.tokens), "--format", "ids", "--threads", str(a.threads), "--stats", *extra]
+    if a.cache_mib:
+        cmd += ["--expert-cache-mib", str(a.cache_mib)]
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
     dec = re.search(r"decode: (\d+) tokens in ([\d.]+) s", p.stderr)
     ex = re.search(r"experts: (\d+) hits, (\d+) misses", p.stderr)
@@ -62,6 +64,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--ks", default="", help="verify lengths to measure (default 1..gamma)")
     ap.add_argument("--warmup", action="store_true", help="one unmeasured run first")
+    ap.add_argument("--cache-mib", type=int, default=0, help="--expert-cache-mib for every run")
     a = ap.parse_args()
     with open(os.path.join(a.model, "config.json")) as fh:
         cfg = json.load(fh)
@@ -76,7 +79,8 @@ def main():
     cont = tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False)
     cont.write(off["ids"])
     cont.close()
-    print(f"plain: {off['tokens'] / off['secs']:.2f} tok/s, {1e3 * t_plain:.0f} ms/step\n")
+    print(f"plain: {off['tokens'] / off['secs']:.2f} tok/s, {1e3 * t_plain:.0f} ms/step\n",
+          flush=True)
     print("| verify rows (1 + k) | time / plain step | expert leases / plain step "
           "| break-even acceptance |")
     print("|---|---|---|---|")
@@ -91,16 +95,18 @@ def main():
         leases = (r["leases"] / steps) / lease_plain if lease_plain else float("nan")
         be = break_even(k, cost)
         print(f"| 1 + {k} | {cost:.2f} | {leases:.2f} | "
-              f"{'—' if be is None else f'{100 * be:.0f} %'} |")
-    print("\n| agreement | tok/s off | tok/s on | on / off | verify steps | accepted / proposed "
-          "| quench events |")
-    print("|---|---|---|---|---|---|---|")
-    for agree in (0, 50, 90):
-        r = run(a, "--dspark-proposer", f"replay:{cont.name}:agree={agree}:draft")
-        assert r["ids"] == off["ids"], "speculation changed the output"
-        on_tps, off_tps = r["tokens"] / r["secs"], off["tokens"] / off["secs"]
-        print(f"| {agree} % | {off_tps:.2f} | {on_tps:.2f} | {on_tps / off_tps:.2f}× | "
-              f"{r['verify']} | {r['accepted']} / {r['proposed']} | {r['quench']} |")
+              f"{'—' if be is None else f'{100 * be:.0f} %'} |", flush=True)
+    print("\n| agreement | drafter run | tok/s off | tok/s on | on / off | verify steps "
+          "| accepted / proposed | quench events |")
+    print("|---|---|---|---|---|---|---|---|")
+    for draft in ("", ":draft"):
+        for agree in (0, 50, 90):
+            r = run(a, "--dspark-proposer", f"replay:{cont.name}:agree={agree}{draft}")
+            assert r["ids"] == off["ids"], "speculation changed the output"
+            on_tps, off_tps = r["tokens"] / r["secs"], off["tokens"] / off["secs"]
+            print(f"| {agree} % | {'yes' if draft else 'no'} | {off_tps:.2f} | {on_tps:.2f} | "
+                  f"{on_tps / off_tps:.2f}× | {r['verify']} | {r['accepted']} / {r['proposed']} "
+                  f"| {r['quench']} |", flush=True)
     os.unlink(cont.name)
 
 

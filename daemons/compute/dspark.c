@@ -89,9 +89,9 @@ static int load_weights(dsv4_engine *e, struct dsv4_err *err)
                                 &w->conf, err)) < 0)
         return rc;
 #undef NAME
-    /* the stages' experts: a quarter of the target's default budget is plenty for S blocks */
-    if ((rc = dsv4_expert_cache_new_blocks(e->ckpt, c, "mtp", w->stages, 256ULL << 20, &w->cache,
-                                           err)) < 0)
+    /* the stages' experts: their own LRU with the target's budget (S blocks, not 43) */
+    if ((rc = dsv4_expert_cache_new_blocks(e->ckpt, c, "mtp", w->stages, e->expert_budget,
+                                           &w->cache, err)) < 0)
         return rc;
     w->experts = dsv4_expert_cache_provider(w->cache);
     return 0;

@@ -75,6 +75,7 @@ struct dsv4_engine {
     struct layer_w *layers;
     struct rope_table rope_plain, rope_comp;   /* ratio-0 and compressed layers */
     struct dspark_w *dspark;        /* NULL until a drafter is made */
+    uint64_t expert_budget;         /* in-process expert LRU bytes (the drafter's LRU too) */
     void **allocs;                  /* every weight buffer, freed with the engine */
     size_t n_allocs, cap_allocs;
 };

@@ -316,6 +316,7 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
             goto fail;
     rope_table_init(e, &e->rope_plain, c->rope_theta, false);
     rope_table_init(e, &e->rope_comp, c->compress_rope_theta, true);
+    e->expert_budget = o.expert_cache_bytes ? o.expert_cache_bytes : (1ULL << 30);
     if (o.experts) {
         e->experts = *o.experts;
     } else {

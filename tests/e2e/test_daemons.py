@@ -14,6 +14,10 @@ process and no shared-memory segment is left):
   malformed   WIRE_POKE sends malformed, truncated, oversized and wrong-version messages to
               every socket; every daemon keeps serving (same pids, gen still exact)
   stop        `dsv4ctl stop` during a generation: the client fails cleanly, nothing remains
+  dspark      `start --dspark` on the DSpark fixture (verify length forced to the whole block,
+              DSV4_TEST_DSPARK_VERIFY): for every golden prompt gen prints the ids of
+              `dsv4ctl run --no-dspark`, the speculation counters move; then a kill -9 of compute
+              in the middle of speculative steps still yields the uninterrupted ids
 """
 import glob
 import json
@@ -60,9 +64,10 @@ def daemon(st, name):
     return next(d for d in st["daemons"] if d["name"] == name)
 
 
-def start():
+def start(*extra, env=None):
     shutil.rmtree(run_dir, ignore_errors=True)
-    ctl("start", "--model", model, "--run-dir", run_dir, timeout=120, env=daemon_env())
+    ctl("start", "--model", model, "--run-dir", run_dir, *extra, timeout=120,
+        env=env or daemon_env())
     rc, st = status()
     assert rc == 0, st
     return st
@@ -322,7 +327,51 @@ def goldens():
     print(f"# {found} golden prompts identical")
 
 
-scenarios = {"goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
+def dspark():
+    global model
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+    model = os.path.join(fixtures, "tiny-dspark")
+    with open(os.path.join(model, "goldens.json")) as fh:
+        g = json.load(fh)
+    env = daemon_env()
+    env["DSV4_TEST_FORWARD_DELAY_MS"] = "40"   # a 64-token generation lasts ~0.6 s
+    env["DSV4_TEST_DSPARK_VERIFY"] = "5"
+    st = start("--dspark", env=env)
+    try:
+        for pr in g["prompts"]:
+            ids = ",".join(map(str, pr["tokens"][:pr["prompt_len"]]))
+            n = str(g["n_greedy"])
+            ref = run_ref(ids, int(n), "--no-dspark")
+            got = ctl("gen", "--run-dir", run_dir, "--prompt-ids", ids, "--max-tokens", n,
+                      "--format", "ids").stdout
+            assert got == ref, (ids, got, ref)
+            got = ctl("gen", "--run-dir", run_dir, "--prompt-ids", ids, "--max-tokens", n,
+                      "--format", "ids", "--no-dspark").stdout
+            assert got == ref, (ids, got, ref)
+        rc, st2 = status()
+        sch = daemon(st2, "scheduler")
+        assert sch["spec_verify_steps"] > 0 and 0 < sch["spec_accepted"] <= sch["spec_proposed"], sch
+        print(f"# {len(g['prompts'])} golden prompts identical; scheduler {sch}")
+        # kill -9 of compute while speculative steps run
+        prompt = "0,140,9,103,6,127"
+        ref = run_ref(prompt, 64, "--no-dspark")
+        rng = random.Random(os.getpid())
+        gp = gen(prompt=prompt)
+        time.sleep(rng.uniform(0.1, 0.4))
+        victim = daemon(st, "compute")["pid"]
+        os.kill(victim, signal.SIGKILL)
+        out, err = gp.communicate(timeout=60)
+        assert gp.returncode == 0, (gp.returncode, err)
+        assert out == ref, f"after kill -9 compute:\n{out}\n!=\n{ref}"
+        rc, st = status()
+        assert daemon(st, "compute")["restarts"] == 1, st
+        # the kill landed inside the generation: the scheduler replayed committed tokens
+        assert daemon(st, "scheduler")["replays"] >= 1, st
+    finally:
+        stop_and_check(st)
+
+
+scenarios = {"dspark": dspark, "goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,
              "malformed": malformed, "stop": stop_during}

@@ -29,6 +29,7 @@
 struct gen_args {
     const char *run_dir, *prompt_ids, *text, *format;
     bool chat, think, stats;
+    bool no_dspark;             /* --no-dspark: this request decodes without speculation */
     int max_tokens, top_k;
     double temperature, top_p;
     uint64_t seed;
@@ -63,7 +64,7 @@ static void build_generate(struct client *c, uint64_t id, const struct gen_args 
 {
     struct dsv4_msg_generate g = { id, a->seed, (float)a->temperature, (float)a->top_p, a->top_k,
                                    a->max_tokens, (uint32_t)prompt->n, n_done,
-                                   (uint32_t)a->n_stop, 0 };
+                                   (uint32_t)a->n_stop, a->no_dspark ? DSV4_GEN_NO_DSPARK : 0 };
     dsv4_wire_begin(&c->req, DSV4_MSG_GENERATE);
     dsv4_wire_put(&c->req, &g, sizeof(g));
     dsv4_wire_put(&c->req, prompt->v, prompt->n * 4);
@@ -104,6 +105,8 @@ int dsv4ctl_gen(int argc, char **argv)
         { "stop", required_argument, NULL, 'S' },
         { "format", required_argument, NULL, 'f' },
         { "stats", no_argument, NULL, 'x' },
+        { "dspark", no_argument, NULL, 'D' },
+        { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -120,6 +123,8 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'T': a.think = true; break;
         case 'N': a.think = false; break;
         case 'x': a.stats = true; break;
+        case 'D': a.no_dspark = false; break;  /* the default: speculate if the set runs --dspark */
+        case 'E': a.no_dspark = true; break;
         case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
         case 't': a.temperature = strtod(optarg, &end); break;
         case 'P': a.top_p = strtod(optarg, &end); break;
@@ -139,7 +144,7 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'h':
             printf("usage: dsv4ctl gen [--run-dir DIR] (--prompt-ids ID,... | --prompt TEXT | TEXT) "
                    "[--chat [--think|--no-think]] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
-                   "[--stop STR]... [--format text|ids|jsonl] [--stats]\n");
+                   "[--stop STR]... [--format text|ids|jsonl] [--stats] [--dspark|--no-dspark]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }

@@ -26,6 +26,8 @@ int dsv4ctl_start(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
         { "foreground", no_argument, NULL, 'f' },
+        { "dspark", no_argument, NULL, 'D' },
+        { "no-dspark", no_argument, NULL, 'N' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -40,9 +42,11 @@ int dsv4ctl_start(int argc, char **argv)
         case 't': o.threads = atoi(optarg); break;
         case 'g': o.memory_gb = atof(optarg); break;
         case 'f': fg = true; break;
+        case 'D': o.dspark = true; break;
+        case 'N': o.dspark = false; break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
-                   "[--run-dir DIR] [--foreground]\n");
+                   "[--run-dir DIR] [--foreground] [--dspark|--no-dspark]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }

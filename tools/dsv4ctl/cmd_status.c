@@ -99,6 +99,11 @@ int dsv4ctl_status(int argc, char **argv)
             cJSON_AddNumberToObject(d, "requests_error", (double)atomic_load(&s->req_error));
             cJSON_AddNumberToObject(d, "generated_tokens", (double)atomic_load(&s->generated_tokens));
             cJSON_AddNumberToObject(d, "replays", (double)atomic_load(&s->replays));
+            cJSON_AddNumberToObject(d, "spec_proposed", (double)atomic_load(&s->spec_proposed));
+            cJSON_AddNumberToObject(d, "spec_accepted", (double)atomic_load(&s->spec_accepted));
+            cJSON_AddNumberToObject(d, "spec_verify_steps",
+                                    (double)atomic_load(&s->spec_verify_steps));
+            cJSON_AddNumberToObject(d, "spec_quench", (double)atomic_load(&s->spec_quench));
         }
         cJSON_AddNumberToObject(d, "bad_messages", (double)atomic_load(&s->bad_messages));
         cJSON_AddItemToArray(ds, d);

@@ -9,11 +9,14 @@
  */
 #pragma once
 
+#include <stdbool.h>
+
 struct supervisor_opts {
     const char *run_dir;
     const char *model;
     int threads;
     double memory_gb;
+    bool dspark;            /* --dspark: compute loads the drafter, the scheduler speculates */
 };
 
 /*
