@@ -98,7 +98,7 @@ static void reply(struct compute *c)
 {
     int r = dsv4_zsend(c->router, c->in.rid, c->in.rid_len, &c->out, 1);
     if (r < 0)
-        dsv4_log_warn("compute", "reply dropped: %s", zmq_strerror(-r));
+        dsv4_log_rl(DSV4_LOG_WARN, "compute", "reply dropped: %s", zmq_strerror(-r));
 }
 
 static void reply_error(struct compute *c, uint64_t id, int code, const char *text)

@@ -75,9 +75,8 @@ void dsv4_daemon_poll_items(struct dsv4_daemon *d, void *items)
 
 void dsv4_daemon_bad_message(struct dsv4_daemon *d, const char *from, const char *why)
 {
-    uint64_t n = atomic_fetch_add_explicit(&d->stats->bad_messages, 1, memory_order_relaxed);
-    if (n < 20 || (n & (n - 1)) == 0)
-        dsv4_log_warn(dsv4_role_name(d->role), "dropped message from %s: %s", from, why);
+    atomic_fetch_add_explicit(&d->stats->bad_messages, 1, memory_order_relaxed);
+    dsv4_log_rl(DSV4_LOG_WARN, dsv4_role_name(d->role), "dropped message from %s: %s", from, why);
 }
 
 void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items)

@@ -122,7 +122,7 @@ static void finish(struct sched *s, struct req *r, int reason)
 
 static void fail(struct sched *s, struct req *r, int code, const char *text)
 {
-    dsv4_log_warn("scheduler", "req=%llu: %s", (unsigned long long)r->id, text);
+    dsv4_log_rl(DSV4_LOG_WARN, "scheduler", "req=%llu: %s", (unsigned long long)r->id, text);
     dsv4_wire_error(&s->out, r->id, code, text);
     to_client(s, r);
     atomic_fetch_add(&s->d.stats->req_error, 1);

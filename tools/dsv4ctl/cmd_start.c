@@ -1,10 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
- * [--foreground]`: runs the supervisor (supervisor.c). By default it forks
- * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
- * returns 0 only once every daemon is ready, else prints the reason and
- * exits 69. --foreground supervises in this process until SIGTERM.
+ * [--metrics-addr HOST:PORT | --no-metrics] [--foreground]`: runs the
+ * supervisor (supervisor.c). By default it forks the supervisor into its own
+ * session (log: RUN_DIR/supervisor.log) and returns 0 only once every daemon
+ * is ready, else prints the reason and exits 69. --foreground supervises in
+ * this process until SIGTERM, every daemon's log lines also on stderr.
+ * The supervisor serves Prometheus /metrics (metrics.c) on --metrics-addr
+ * (default 127.0.0.1:9464; port 0 picks one; the address bound is in
+ * RUN_DIR/metrics-addr).
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,6 +19,7 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "metrics.h"
 #include "rundir.h"
 #include "supervisor.h"
 
@@ -26,12 +31,14 @@ int dsv4ctl_start(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
         { "foreground", no_argument, NULL, 'f' },
+        { "metrics-addr", required_argument, NULL, 'M' },
+        { "no-metrics", no_argument, NULL, 'N' },
         { "dspark", no_argument, NULL, 'D' },
-        { "no-dspark", no_argument, NULL, 'N' },
+        { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = 1 };
+    struct supervisor_opts o = { .threads = 1, .metrics_addr = DSV4_METRICS_DEFAULT_ADDR };
     bool fg = false;
     int c;
     optind = 1;
@@ -43,10 +50,17 @@ int dsv4ctl_start(int argc, char **argv)
         case 'g': o.memory_gb = atof(optarg); break;
         case 'f': fg = true; break;
         case 'D': o.dspark = true; break;
-        case 'N': o.dspark = false; break;
+        case 'E': o.dspark = false; break;
+        case 'M':
+            o.metrics_addr = optarg;
+            o.metrics_explicit = true;
+            break;
+        case 'N': o.metrics_addr = NULL; break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
-                   "[--run-dir DIR] [--foreground] [--dspark|--no-dspark]\n");
+                   "[--run-dir DIR]\n"
+                   "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
+                   ") | --no-metrics] [--foreground] [--dspark|--no-dspark]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -59,6 +73,7 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
         return DSV4_EXIT_NOINPUT;
     }
+    o.foreground = fg;
     if (fg)
         return dsv4_supervise(&o, -1);
     char dir[DSV4_PATH_MAX];

@@ -22,6 +22,7 @@
 #include "fetcher_client.h"
 #include "fetcher_shm.h"
 #include "log.h"
+#include "metrics.h"
 #include "supervisor.h"
 
 #define CRASH_LOOP_N 5
@@ -49,6 +50,9 @@ struct sv {
     int sigfd, lockfd;
     bool stopping;
     struct dsv4_zin in;
+    struct dsv4_view view;      /* what the exporter reads: our own mappings */
+    struct dsv4_metrics *metrics;
+    char metrics_addr[128];     /* bound address, "" when none */
 };
 
 const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
@@ -103,6 +107,8 @@ static int spawn(struct sv *s, struct child *c)
     if (pid < 0)
         return -errno;
     if (pid == 0) {
+        /* --foreground: the daemon's log lines go to our stderr too (log.c, DSV4_LOG_TEE_FD) */
+        int tee = s->o->foreground ? fcntl(2, F_DUPFD_CLOEXEC, 10) : -1;
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         int nul = open("/dev/null", O_RDONLY);
         if (fd >= 0) {
@@ -111,6 +117,8 @@ static int spawn(struct sv *s, struct child *c)
         }
         if (nul >= 0)
             dup2(nul, 0);
+        if (tee >= 0 && dup2(tee, 3) == 3)
+            setenv("DSV4_LOG_TEE_FD", "3", 1);
         sigset_t all;
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
@@ -148,8 +156,12 @@ static void describe_status(int st, char *buf, size_t n)
 {
     if (WIFEXITED(st))
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st) && sigabbrev_np(WTERMSIG(st)))
+        snprintf(buf, n, "killed by signal SIG%s%s", sigabbrev_np(WTERMSIG(st)),
+                 WCOREDUMP(st) ? " (core dumped)" : "");
     else if (WIFSIGNALED(st))
-        snprintf(buf, n, "killed by %s", sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+        snprintf(buf, n, "killed by signal %d%s", WTERMSIG(st),
+                 WCOREDUMP(st) ? " (core dumped)" : "");
     else
         snprintf(buf, n, "status 0x%x", st);
 }
@@ -176,7 +188,8 @@ static void on_ctl(struct sv *s)
         struct dsv4_err err;
         int errc;
         if (r < 0 || dsv4_wire_decode(s->in.buf, s->in.len, &m, &errc, &err)) {
-            dsv4_log_warn("supervisor", "dropped control message: %s", r < 0 ? "framing" : err.msg);
+            dsv4_log_rl(DSV4_LOG_WARN, "supervisor", "dropped control message: %s",
+                        r < 0 ? "framing" : err.msg);
             continue;
         }
         if (m.type != DSV4_MSG_READY)
@@ -317,6 +330,8 @@ static void stop_all(struct sv *s)
 static void cleanup(struct sv *s)
 {
     char path[DSV4_PATH_MAX + 32];
+    dsv4_metrics_stop(s->metrics);  /* before the pages it reads go */
+    s->metrics = NULL;
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         dsv4_stats_unmap(s->ch[r].stats);
         dsv4_stats_unlink(s->dir, r);
@@ -325,7 +340,7 @@ static void cleanup(struct sv *s)
     if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
         shm_unlink(eshm);
     static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
-                                         "model" };
+                                         "model", "metrics-addr" };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
         snprintf(path, sizeof(path), "%s/%s", s->dir, files[i]);
         unlink(path);
@@ -340,6 +355,42 @@ static void cleanup(struct sv *s)
             dsv4_log_debug("supervisor", "truncate lock: %s", strerror(errno));
         close(s->lockfd);
     }
+}
+
+/* The exporter runs on its own thread here: this process maps every stats page and outlives
+ * the daemons. Started after the signal mask is set, so its thread inherits it. A busy default
+ * address only warns (another set on this host has it); an address asked for must work. */
+static int start_metrics(struct sv *s, int *ready_fd)
+{
+    char *bound = s->metrics_addr, path[DSV4_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/metrics-addr", s->dir);
+    unlink(path);   /* a crashed set's */
+    if (!s->o->metrics_addr)
+        return 0;
+    s->view.dir = s->dir;
+    s->view.supervisor_pid = (int)getpid();
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        s->view.page[r] = s->ch[r].stats;
+        s->view.in_set[r] = s->ch[r].present;
+    }
+    struct dsv4_err err;
+    if (dsv4_metrics_start(s->o->metrics_addr, &s->view, &s->metrics, bound,
+                           sizeof(s->metrics_addr), &err) < 0) {
+        if (s->o->metrics_explicit) {
+            say(ready_fd, "error: %s", err.msg);
+            return -1;
+        }
+        dsv4_log_warn("supervisor", "%s; serving no metrics", err.msg);
+        return 0;
+    }
+    s->view.metrics_addr = bound;
+    dsv4_log_info("supervisor", "metrics on http://%s/metrics", bound);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", bound);
+        fclose(f);
+    }
+    return 0;
 }
 
 int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
@@ -394,6 +445,10 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
             rc = 66;
             goto out;
         }
+    }
+    if (start_metrics(&s, &ready_fd) < 0) {
+        rc = 71;
+        goto out;
     }
     char model[DSV4_PATH_MAX];
     if (!realpath(o->model, model)) {

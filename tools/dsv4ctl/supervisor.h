@@ -16,6 +16,9 @@ struct supervisor_opts {
     const char *model;
     int threads;
     double memory_gb;
+    const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */
+    bool metrics_explicit;      /* asked for: failing to listen there is an error */
+    bool foreground;            /* daemons' log lines also go to our stderr */
     bool dspark;            /* --dspark: compute loads the drafter, the scheduler speculates */
 };
 
