@@ -57,9 +57,9 @@ int dsv4_spec_policy_len(struct dsv4_spec_policy *p, const float *conf, int lmax
         lmax = DSV4_SPEC_MAX_GAMMA;
     if (p->o.fixed_verify > 0)
         return p->o.fixed_verify < lmax ? p->o.fixed_verify : lmax;
-    if (p->probe) {     /* verify the whole block: every slot's calibration gets a sample */
+    if (p->probe) {     /* the cheapest test: one draft (slot 0's calibration gets a sample) */
         p->probe = false;
-        return lmax;
+        return lmax > 0 ? 1 : 0;
     }
     double surv = 1.0, expect = 0.0, best = 1.0;
     int bl = 0;

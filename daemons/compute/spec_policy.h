@@ -12,7 +12,8 @@
  * steps. L maximises (1 + expected accepted) ÷ cost; L = 0 starts a quench. A quench also
  * starts when the realised tokens per plain-step time stay below 1 over 4 verify steps: Q
  * plain steps (8, doubling per consecutive quench up to 256), then one probe step that
- * verifies the whole block so every slot's calibration gets a sample.
+ * verifies a single draft (the cheapest verify; slot 0's calibration gets a sample, later
+ * slots keep theirs, neutral until sampled).
  */
 #pragma once
 

@@ -10,7 +10,7 @@
  * routed experts the extra rows pull in, and the drafting); L maximises (1 + expected accepted)
  * ÷ cost. Quench: when the realised tokens per unit of plain-step time stay below 1 over a few
  * verify steps, speculation is off for Q plain steps (Q doubles per consecutive quench, up to
- * 256), then one probe step that verifies the whole block.
+ * 256), then one probe step that verifies a single draft.
  */
 #include "speculate.h"
 
