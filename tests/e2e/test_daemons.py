@@ -356,8 +356,14 @@ def dspark():
         prompt = "0,140,9,103,6,127"
         ref = run_ref(prompt, 64, "--no-dspark")
         rng = random.Random(os.getpid())
+        done0 = daemon(status()[1], "scheduler")["generated_tokens"]
         gp = gen(prompt=prompt)
-        time.sleep(rng.uniform(0.1, 0.4))
+        # kill once speculative steps are under way (a few tokens out, before the end)
+        want = done0 + rng.randint(3, 24)
+        deadline = time.time() + 60
+        while daemon(status()[1], "scheduler")["generated_tokens"] < want:
+            assert time.time() < deadline and gp.poll() is None, "generation did not start"
+            time.sleep(0.01)
         victim = daemon(st, "compute")["pid"]
         os.kill(victim, signal.SIGKILL)
         out, err = gp.communicate(timeout=60)
