@@ -272,8 +272,9 @@ static bool accept_token(struct sched *s, struct req *r, int32_t t)
 static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward_result *res,
                    const struct dsv4_wire_row *rows, const float *logits)
 {
-    int32_t t = r->sp.temperature == 0.0 ? rows[res->n_rows - 1].argmax
-                                         : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
+    int32_t t = r->sp.temperature == 0.0
+                    ? rows[res->n_rows - 1].argmax
+                    : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
     spec_plain_done(&r->spec);
     accept_token(s, r, t);
 }
@@ -315,7 +316,8 @@ static void on_compute(struct sched *s)
     uint64_t seq = m.type == DSV4_MSG_ERROR            ? ((const struct dsv4_msg_error *)m.body)->id
                    : m.type == DSV4_MSG_ACK            ? ((const struct dsv4_msg_ack *)m.body)->seq
                    : m.type == DSV4_MSG_FORWARD_RESULT ? ((const struct dsv4_msg_forward_result *)m.body)->seq
-                   : m.type == DSV4_MSG_DRAFT_RESULT   ? ((const struct dsv4_msg_draft_result *)m.body)->seq
+                   : m.type == DSV4_MSG_DRAFT_RESULT
+                       ? ((const struct dsv4_msg_draft_result *)m.body)->seq
                                                        : 0;
     if (!s->inflight || seq == 0 || seq != s->inflight_seq)
         return;     /* stale (an earlier compute epoch) or a close ACK */

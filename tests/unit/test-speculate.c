@@ -73,7 +73,7 @@ static dsv4_session *new_session(int64_t ctx)
     return s;
 }
 
-/* Generate N_GEN tokens after prompt p; returns the number of verify steps. */
+/* Generate N_GEN tokens after prompt p (ids past an EOS are -1); stats when st != NULL. */
 static void generate(const struct prompt *p, dsv4_drafter *d, const struct dsv4_proposer *prop,
                      const struct dsv4_spec_opts *o, struct chooser *ch, int32_t *ids,
                      struct dsv4_spec_stats *st)
@@ -84,7 +84,8 @@ static void generate(const struct prompt *p, dsv4_drafter *d, const struct dsv4_
         dsv4_drafter_reset(d);
     dsv4_spec *sp = NULL;
     float *lg = dsv4_xmalloc((size_t)V * sizeof(float));
-    if (dsv4_spec_new(s, d, prop, o, &sp, &err) < 0 || dsv4_spec_feed(sp, p->tok, p->n, lg, &err) < 0)
+    if (dsv4_spec_new(s, d, prop, o, &sp, &err) < 0 ||
+        dsv4_spec_feed(sp, p->tok, p->n, lg, &err) < 0)
         fail_msg("speculate: %s", err.msg);
     /* token 0 comes from the prompt's logits */
     ids[0] = choose(ch, lg, V, 0);
