@@ -173,10 +173,23 @@ struct dsv4_msg_forward_result {
      * float logits[n_logits]; float taps[n_taps]; */
 };
 
+#define DSV4_GEN_NO_DSPARK 2u           /* this request decodes without speculation */
+struct dsv4_msg_draft {         /* scheduler -> compute: the drafter's block for `anchor` */
+    uint64_t seq, session;
+    int64_t pos;                /* the anchor's position: must equal the session's */
+    int32_t anchor;
+    uint32_t pad;
+};
+#define DSV4_WIRE_MAX_DRAFT 64
+struct dsv4_msg_draft_result {
+    uint64_t seq, session;
+    int64_t pos;
+    uint32_t n;                 /* the drafted block size (<= DSV4_WIRE_MAX_DRAFT) */
+    uint32_t pad;
+    /* int32_t ids[n]; float conf[n] (probability that ids[i] survives given ids[0..i)) */
+};
+
 /*
- * Numbers reserved for work in progress (keep them when adding the types):
- * 39 DRAFT and 40 DRAFT_RESULT (scheduler <-> compute, DSpark proposals).
- *
  * X(NAME, number, body struct): generates the type enum, the name table,
  * the minimum body sizes and the validator table (proto/wire.c).
  */
@@ -199,7 +212,9 @@ struct dsv4_msg_forward_result {
     X(FORWARD_RESULT, 35, dsv4_msg_forward_result)                    \
     X(SNAPSHOT, 36, dsv4_msg_session_ref)                             \
     X(ROLLBACK, 37, dsv4_msg_rollback)                                \
-    X(ACK, 38, dsv4_msg_ack)
+    X(ACK, 38, dsv4_msg_ack)                                          \
+    X(DRAFT, 39, dsv4_msg_draft)                                      \
+    X(DRAFT_RESULT, 40, dsv4_msg_draft_result)
 
 enum dsv4_msg_type {
 #define X(name, num, body) DSV4_MSG_##name = num,

@@ -118,7 +118,7 @@ static int v_dsv4_msg_generate(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("GENERATE: n_done %u > max_tokens %d", b->n_done, b->max_tokens);
     if (b->n_stop_bytes > DSV4_WIRE_MAX_STOP_BYTES)
         return BAD("GENERATE: n_stop_bytes %u > %u", b->n_stop_bytes, DSV4_WIRE_MAX_STOP_BYTES);
-    if (b->flags & ~DSV4_GEN_SKIP_SPECIAL)
+    if (b->flags & ~(DSV4_GEN_SKIP_SPECIAL | DSV4_GEN_NO_DSPARK))
         return BAD("GENERATE: unknown flags 0x%x", b->flags);
     uint64_t nt = (uint64_t)b->n_prompt + b->n_done;
     int r = tail_fits(m, sizeof(*b), 4 * nt + b->n_stop_bytes, err);
@@ -257,6 +257,35 @@ static int v_dsv4_msg_forward_result(const struct dsv4_msg *m, struct dsv4_err *
                     4ull * b->n_logits + 4ull * b->n_taps;
     int r = tail_fits(m, sizeof(*b), need, err);
     return r ? r : check_rows(m->tail, b->n_rows, err);
+}
+
+static int v_dsv4_msg_draft(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_draft *b = m->body;
+    if (b->pos < 0 || b->anchor < 0 || b->pad)
+        return BAD("DRAFT: pos %lld anchor %d pad %u invalid", (long long)b->pos, b->anchor,
+                   b->pad);
+    return tail_fits(m, sizeof(*b), 0, err);
+}
+
+static int v_dsv4_msg_draft_result(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_draft_result *b = m->body;
+    if (b->n < 1 || b->n > DSV4_WIRE_MAX_DRAFT || b->pad || b->pos < 0)
+        return BAD("DRAFT_RESULT: n %u pad %u pos %lld invalid", b->n, b->pad, (long long)b->pos);
+    int r = tail_fits(m, sizeof(*b), 8ull * b->n, err);
+    if (r)
+        return r;
+    const unsigned char *t = m->tail;
+    for (uint32_t i = 0; i < b->n; i++) {
+        int32_t id;
+        float c;
+        memcpy(&id, t + 4 * i, 4);
+        memcpy(&c, t + 4 * (b->n + i), 4);
+        if (id < 0 || !(c >= 0.0f && c <= 1.0f))
+            return BAD("DRAFT_RESULT: slot %u (id %d confidence %g) invalid", i, id, (double)c);
+    }
+    return 0;
 }
 
 struct type_info {

@@ -16,8 +16,13 @@ layer, so the tool writes gigabytes quickly with little memory:
 Random chunks (16 MiB) come from a small pool reused cyclically: generating gigabytes of fresh
 randomness on a shared 2-core machine is the slow part, and speed does not depend on it.
 
+With --dspark (a config with dspark_* keys, e.g. tests/fixtures/configs/flash-dspark) the
+DSpark drafter stages mtp.0..S-1 are written too (one shard each), compress_ratios keeps one 0
+per stage and dspark_target_layer_ids become the last n_taps kept layers (--layers ≥ n_taps).
+
 Usage: make_synthetic_checkpoint.py --config tools/reference/configs/flash.json --layers 4
                                      --out /tmp/flash4 [--seed 1] [--routed-experts N]
+                                     [--dspark]
 """
 import argparse
 import json
@@ -113,21 +118,37 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--routed-experts", type=int, default=0,
                     help="override n_routed_experts (same per-expert shapes; fits in RAM)")
+    ap.add_argument("--dspark", action="store_true",
+                    help="keep the config's DSpark drafter (dspark_* keys) and write its stages")
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
+    stages = len(cfg["compress_ratios"]) - cfg["num_hidden_layers"]
     cfg["num_hidden_layers"] = a.layers
     cfg["num_nextn_predict_layers"] = 0
     cfg["compress_ratios"] = cfg["compress_ratios"][:a.layers]
+    if a.dspark:
+        if "dspark_target_layer_ids" not in cfg:
+            sys.exit(f"{a.config}: --dspark needs a config with dspark_* keys")
+        n_taps = len(cfg["dspark_target_layer_ids"])
+        if a.layers < n_taps:
+            sys.exit(f"--dspark needs --layers >= {n_taps} (one per tap)")
+        cfg["dspark_target_layer_ids"] = list(range(a.layers - n_taps, a.layers))
+        cfg["compress_ratios"] += [0] * stages
+    else:
+        for k in [k for k in cfg if k.startswith("dspark_")]:
+            del cfg[k]
     if a.routed_experts:
         cfg["n_routed_experts"] = a.routed_experts
     inv = layout.tensors(cfg)
     # input width of every quantised weight (for its scale)
     fan_in = {n[:-len(".weight")]: s[1] * (2 if d == "I8" else 1)
               for n, d, s in inv if n.endswith(".weight") and d in ("F8_E4M3", "I8")}
-    groups = [[t for t in inv if not t[0].startswith("layers.")]]
+    groups = [[t for t in inv if not t[0].startswith(("layers.", "mtp."))]]
     for L in range(a.layers):
         groups.append([t for t in inv if t[0].startswith(f"layers.{L}.")])
+    for s in range(stages if a.dspark else 0):
+        groups.append([t for t in inv if t[0].startswith(f"mtp.{s}.")])
     os.makedirs(a.out, exist_ok=True)
     rng = np.random.default_rng(a.seed)
     weight_map, total = {}, 0

@@ -126,46 +126,48 @@ static void build_visible(dsv4_session *s, int layer, int r, int64_t t)
     s->s.nvis[r] = nv;
 }
 
-void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
-                     float *out)
+/* q rows of a chunk: LoRA query, q norm, per-head norm, RoPE (into sc->q; sc->qr kept). */
+static void project_q(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
+                      const float *a, int n, int64_t pos0)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
-    const struct layer_w *lw = &e->layers[layer];
-    struct layer_state *st = &s->ls[layer];
     struct scratch *sc = &s->s;
     int H = c->n_heads, D = c->head_dim, R = c->rope_head_dim;
-    float eps = (float)c->norm_eps;
-    const struct rope_table *rope = lw->kind == DSV4_ATTN_WINDOW ? &e->rope_plain : &e->rope_comp;
-
     qlinear_fp8(e, &lw->wq_a, a, n, sc->xq, sc->qa);
-    rmsnorm_rows(sc->qr, sc->qa, lw->q_norm, n, c->q_lora_rank, eps);
+    rmsnorm_rows(sc->qr, sc->qa, lw->q_norm, n, c->q_lora_rank, (float)c->norm_eps);
     qlinear_fp8(e, &lw->wq_b, sc->qr, n, sc->xq, sc->q);
     for (int r = 0; r < n; r++)
         for (int h = 0; h < H; h++) {
             float *qh = sc->q + ((size_t)r * H + h) * D;
-            head_norm_bf16(qh, D, eps);
+            head_norm_bf16(qh, D, (float)c->norm_eps);
             rope_apply(rope, R / 2, qh + D - R, pos0 + r, false);
         }
-    qlinear_fp8(e, &lw->wkv, a, n, sc->xq, sc->kv);
-    rmsnorm_rows(sc->kv, sc->kv, lw->kv_norm, n, D, eps);
-    for (int r = 0; r < n; r++) {
-        float *kv = sc->kv + (size_t)r * D;
-        rope_apply(rope, R / 2, kv + D - R, pos0 + r, false);
-        dsv4_fp8_qdq(kv, (size_t)(D - R), 64);
-        memcpy(st->ring + (size_t)((pos0 + r) % s->ring_cap) * D, kv, (size_t)D * sizeof(float));
-    }
-    if (lw->kind == DSV4_ATTN_CSA) {
-        compressor_append(s, &lw->icomp, st->icin, st->cin_cap, st->irows, c->index_head_dim,
-                          true, a, n, pos0, rope);
-        indexer_select(s, layer, a, sc->qr, n, pos0);
-    }
-    if (lw->kind != DSV4_ATTN_WINDOW)
-        compressor_append(s, &lw->comp, st->cin, st->cin_cap, st->rows, D, false, a, n, pos0,
-                          rope);
+}
 
-    for (int r = 0; r < n; r++)
-        build_visible(s, layer, r, pos0 + r);
+void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
+                       const float *a, int n, int64_t pos0, float *kv)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    int D = c->head_dim, R = c->rope_head_dim;
+    qlinear_fp8(e, &lw->wkv, a, n, s->s.xq, kv);
+    rmsnorm_rows(kv, kv, lw->kv_norm, n, D, (float)c->norm_eps);
+    for (int r = 0; r < n; r++) {
+        float *k = kv + (size_t)r * D;
+        rope_apply(rope, R / 2, k + D - R, pos0 + r, false);
+        dsv4_fp8_qdq(k, (size_t)(D - R), 64);
+    }
+}
+
+/* Sink attention over the visible lists, inverse RoPE, grouped output LoRA. */
+static void attend_output(dsv4_session *s, const struct layer_w *lw,
+                          const struct rope_table *rope, int n, int64_t pos0, float *out)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    struct scratch *sc = &s->s;
+    int H = c->n_heads, D = c->head_dim, R = c->rope_head_dim;
     struct attn_job job = { s, lw->attn_sink, n };
     uint64_t work = 0;
     for (int r = 0; r < n; r++)
@@ -189,4 +191,55 @@ void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t 
     }
     dsv4_bf16_round_vec(sc->low, (size_t)n * G * olr);
     qlinear_fp8(e, &lw->wo_b, sc->low, n, sc->xq, out);
+}
+
+void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
+                     float *out)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    const struct layer_w *lw = &e->layers[layer];
+    struct layer_state *st = &s->ls[layer];
+    struct scratch *sc = &s->s;
+    int D = c->head_dim;
+    const struct rope_table *rope = lw->kind == DSV4_ATTN_WINDOW ? &e->rope_plain : &e->rope_comp;
+
+    project_q(s, lw, rope, a, n, pos0);
+    attention_kv_rows(s, lw, rope, a, n, pos0, sc->kv);
+    for (int r = 0; r < n; r++)
+        memcpy(st->ring + (size_t)((pos0 + r) % s->ring_cap) * D, sc->kv + (size_t)r * D,
+               (size_t)D * sizeof(float));
+    if (lw->kind == DSV4_ATTN_CSA) {
+        compressor_append(s, &lw->icomp, st->icin, st->cin_cap, st->irows, c->index_head_dim,
+                          true, a, n, pos0, rope);
+        indexer_select(s, layer, a, sc->qr, n, pos0);
+    }
+    if (lw->kind != DSV4_ATTN_WINDOW)
+        compressor_append(s, &lw->comp, st->cin, st->cin_cap, st->rows, D, false, a, n, pos0,
+                          rope);
+
+    for (int r = 0; r < n; r++)
+        build_visible(s, layer, r, pos0 + r);
+    attend_output(s, lw, rope, n, pos0, out);
+}
+
+void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ring, int nctx,
+                      const float *a, int n, int64_t pos0, float *out)
+{
+    dsv4_engine *e = s->e;
+    struct scratch *sc = &s->s;
+    int D = e->cfg.head_dim;
+    project_q(s, lw, &e->rope_plain, a, n, pos0);
+    attention_kv_rows(s, lw, &e->rope_plain, a, n, pos0, sc->kv);
+    /* every block query sees the committed ring slots in slot order, then the whole block */
+    for (int r = 0; r < n; r++) {
+        const float **vis = sc->vis + (size_t)r * (s->max_visible + s->ring_cap);
+        int nv = 0;
+        for (int j = 0; j < nctx; j++)
+            vis[nv++] = ring + (size_t)j * D;
+        for (int j = 0; j < n; j++)
+            vis[nv++] = sc->kv + (size_t)j * D;
+        sc->nvis[r] = nv;
+    }
+    attend_output(s, lw, &e->rope_plain, n, pos0, out);
 }

@@ -33,6 +33,7 @@ struct expert_src {
 
 struct dsv4_expert_cache {
     const dsv4_checkpoint *ckpt;
+    const char *prefix;         /* "layers" (target) or "mtp" (DSpark stages) */
     int n_layers, n_routed, dim, inter;
     uint64_t budget;
     struct expert_src *src;     /* [n_layers * n_routed] */
@@ -49,7 +50,8 @@ static int find_part(dsv4_expert_cache *c, int layer, int ex, int part, bool sca
                      struct dsv4_err *err)
 {
     char name[160];
-    snprintf(name, sizeof(name), "layers.%d.ffn.experts.%d.%s.%s", layer, ex, part_name[part],
+    snprintf(name, sizeof(name), "%s.%d.ffn.experts.%d.%s.%s", c->prefix, layer, ex,
+             part_name[part],
              scale ? "scale" : "weight");
     const struct dsv4_tensor *t = dsv4_checkpoint_find(c->ckpt, name);
     if (!t)
@@ -69,9 +71,18 @@ static int find_part(dsv4_expert_cache *c, int layer, int ex, int part, bool sca
 int dsv4_expert_cache_new(const dsv4_checkpoint *ckpt, const struct dsv4_config *cfg,
                           uint64_t budget_bytes, dsv4_expert_cache **ret, struct dsv4_err *err)
 {
+    return dsv4_expert_cache_new_blocks(ckpt, cfg, "layers", cfg->n_layers, budget_bytes, ret,
+                                        err);
+}
+
+int dsv4_expert_cache_new_blocks(const dsv4_checkpoint *ckpt, const struct dsv4_config *cfg,
+                                 const char *prefix, int n_blocks, uint64_t budget_bytes,
+                                 dsv4_expert_cache **ret, struct dsv4_err *err)
+{
     dsv4_expert_cache *c = dsv4_xcalloc(1, sizeof(*c));
     c->ckpt = ckpt;
-    c->n_layers = cfg->n_layers;
+    c->prefix = prefix;
+    c->n_layers = n_blocks;
     c->n_routed = cfg->n_routed_experts;
     c->dim = cfg->dim;
     c->inter = cfg->moe_inter_dim;

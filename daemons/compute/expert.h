@@ -48,6 +48,10 @@ typedef struct dsv4_expert_cache dsv4_expert_cache;
  */
 int dsv4_expert_cache_new(const dsv4_checkpoint *ckpt, const struct dsv4_config *cfg,
                           uint64_t budget_bytes, dsv4_expert_cache **ret, struct dsv4_err *err);
+/* The same over the blocks PREFIX.0..n_blocks-1 ("mtp": the DSpark stages); layer = block. */
+int dsv4_expert_cache_new_blocks(const dsv4_checkpoint *ckpt, const struct dsv4_config *cfg,
+                                 const char *prefix, int n_blocks, uint64_t budget_bytes,
+                                 dsv4_expert_cache **ret, struct dsv4_err *err);
 dsv4_expert_cache *dsv4_expert_cache_free(dsv4_expert_cache *c);
 /* The provider view (ctx = the cache). */
 struct dsv4_expert_provider dsv4_expert_cache_provider(dsv4_expert_cache *c);

@@ -50,6 +50,20 @@ struct rope_table {
     float *freq;                    /* [rope_head_dim / 2] */
 };
 
+/* DSpark drafter weights (dspark spec §3, §10), loaded on the first dsv4_drafter_new. */
+struct dspark_w {
+    int stages, block, rank, noise, n_taps;
+    const int *taps;
+    struct layer_w *st;             /* [stages] ratio-0 blocks mtp.0..S-1 */
+    struct dsv4_fp8_weight main_proj;       /* mtp.0: [dim][n_taps*dim] */
+    float *main_norm;
+    float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;   /* mtp.S-1 */
+    struct dsv4_bf16_weight markov_w1, markov_w2;   /* [vocab][rank] both */
+    struct dsv4_bf16_weight conf;   /* [1][dim+rank] */
+    dsv4_expert_cache *cache;       /* the stages' routed experts (in-process LRU) */
+    struct dsv4_expert_provider experts;
+};
+
 struct dsv4_engine {
     struct dsv4_config cfg;
     dsv4_checkpoint *ckpt;
@@ -62,6 +76,8 @@ struct dsv4_engine {
     float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;
     struct layer_w *layers;
     struct rope_table rope_plain, rope_comp;   /* ratio-0 and compressed layers */
+    struct dspark_w *dspark;        /* NULL until a drafter is made */
+    uint64_t expert_budget;         /* in-process expert LRU bytes (the drafter's LRU too) */
     void **allocs;                  /* every weight buffer, freed with the engine */
     size_t n_allocs, cap_allocs;
 };
@@ -140,14 +156,33 @@ void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yar
 void hadamard_inplace(float *x, int n);
 float sigmoidf_(float x);
 
+/* ---- weights.c: loaders shared with the drafter (buffers owned by the engine) ---- */
+int weights_load_block(dsv4_engine *e, const char *prefix, enum dsv4_attn_kind kind, int ratio,
+                       bool hashed, struct layer_w *lw, struct dsv4_err *err);
+int weights_load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, float **ret,
+                     struct dsv4_err *err);
+int weights_load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t cols,
+                     struct dsv4_fp8_weight *w, struct dsv4_err *err);
+int weights_load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t cols,
+                      struct dsv4_bf16_weight *w, struct dsv4_err *err);
+void dspark_weights_free(dsv4_engine *e);
+
 /* ---- step entry points ---- */
 void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
              const float *scale, int n, float *y, float *post, float *comb);
 void mhc_post(const dsv4_engine *e, const float *out, float *x, const float *post,
               const float *comb, int n);
 void mhc_head(const dsv4_engine *e, const float *x, int n, float *y);
+void mhc_head_w(const dsv4_engine *e, const float *fn, const float *base, const float *scale,
+                const float *x, int n, float *y);
 void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
                      float *out);
+/* K=V rows of a ratio-0/window block: kv_norm(wkv a), RoPE at pos0.., FP8 QDQ of the nope dims. */
+void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
+                       const float *a, int n, int64_t pos0, float *kv);
+/* DSparkAttention: every row sees ring[0..nctx) (slot order) and all n block rows. */
+void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ring, int nctx,
+                      const float *a, int n, int64_t pos0, float *out);
 void compressor_append(dsv4_session *s, const struct compressor_w *cw, float *cin, int cin_cap,
                        float *rows, int row_dim, bool indexer, const float *a, int n,
                        int64_t pos0, const struct rope_table *rope);
@@ -155,4 +190,7 @@ void indexer_select(dsv4_session *s, int layer, const float *a, const float *qr,
                     int64_t pos0);
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err);
+int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_expert_provider *prov,
+              int layer, const float *f, const int32_t *tokens, int n, float *out,
+              struct dsv4_err *err);
 void head_logits(dsv4_session *s, const float *x, int n, float *logits);

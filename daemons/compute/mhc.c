@@ -114,14 +114,20 @@ void mhc_post(const dsv4_engine *e, const float *out, float *x, const float *pos
 
 void mhc_head(const dsv4_engine *e, const float *x, int n, float *y)
 {
+    mhc_head_w(e, e->hc_head_fn, e->hc_head_base, e->hc_head_scale, x, n, y);
+}
+
+void mhc_head_w(const dsv4_engine *e, const float *fn, const float *base, const float *scale,
+                const float *x, int n, float *y)
+{
     const struct dsv4_config *c = &e->cfg;
     int hc = c->hc_mult, d = c->dim;
     float mix[16], w[16];
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * hc * d;
-        hc_mix(xr, hc * d, e->hc_head_fn, hc, (float)c->norm_eps, mix);
+        hc_mix(xr, hc * d, fn, hc, (float)c->norm_eps, mix);
         for (int h = 0; h < hc; h++)
-            w[h] = sigmoidf_(mix[h] * e->hc_head_scale[0] + e->hc_head_base[h]) +
+            w[h] = sigmoidf_(mix[h] * scale[0] + base[h]) +
                    (float)c->hc_eps;
         float *yr = y + (size_t)r * d;
         for (int j = 0; j < d; j++) {

@@ -93,9 +93,15 @@ static void route(dsv4_session *s, const struct layer_w *lw, const float *f,
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err)
 {
+    return moe_block(s, &s->e->layers[layer], &s->e->experts, layer, f, tokens, n, out, err);
+}
+
+int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_expert_provider *prov,
+              int layer, const float *f, const int32_t *tokens, int n, float *out,
+              struct dsv4_err *err)
+{
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
-    const struct layer_w *lw = &e->layers[layer];
     struct scratch *sc = &s->s;
     int E = c->n_routed_experts, K = c->n_activated_experts, d = c->dim;
     int I = c->moe_inter_dim;
@@ -113,7 +119,7 @@ int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens,
                 break;
             }
     const struct dsv4_expert_weights **ew = sc->ew;
-    int rc = e->experts.acquire(e->experts.ctx, layer, ids, nu, ew, err);
+    int rc = prov->acquire(prov->ctx, layer, ids, nu, ew, err);
     if (rc < 0)
         return rc;
     for (int u = 0; u < nu; u++) {
@@ -133,7 +139,7 @@ int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens,
             memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
                    (size_t)d * sizeof(float));
     }
-    e->experts.release(e->experts.ctx, layer, ids, nu);
+    prov->release(prov->ctx, layer, ids, nu);
 
     qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
     qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);

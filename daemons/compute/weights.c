@@ -136,17 +136,16 @@ static int load_compressor(dsv4_engine *e, const char *prefix, int ratio, int c,
     return load_f32(e, name, (uint64_t)c, 0, &cw->norm, err);
 }
 
-static int load_layer(dsv4_engine *e, int l, struct dsv4_err *err)
+int weights_load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, int ratio,
+                       bool hashed, struct layer_w *lw, struct dsv4_err *err)
 {
     const struct dsv4_config *c = &e->cfg;
-    struct layer_w *lw = &e->layers[l];
-    char p[128], n[256];
+    char n[256];
     int rc;
     uint32_t d = (uint32_t)c->dim;
-    snprintf(p, sizeof(p), "layers.%d", l);
-    lw->kind = c->layer_kind[l];
-    lw->ratio = c->compress_ratios[l];
-    lw->hashed = dsv4_config_layer_hashed(c, l);
+    lw->kind = kind;
+    lw->ratio = ratio;
+    lw->hashed = hashed;
 
 #define F32(field, suffix, d0, d1)                                   \
     do {                                                             \
@@ -228,6 +227,33 @@ static int load_layer(dsv4_engine *e, int l, struct dsv4_err *err)
     return 0;
 }
 
+static int load_layer(dsv4_engine *e, int l, struct dsv4_err *err)
+{
+    const struct dsv4_config *c = &e->cfg;
+    char p[64];
+    snprintf(p, sizeof(p), "layers.%d", l);
+    return weights_load_block(e, p, c->layer_kind[l], c->compress_ratios[l],
+                              dsv4_config_layer_hashed(c, l), &e->layers[l], err);
+}
+
+int weights_load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, float **ret,
+                     struct dsv4_err *err)
+{
+    return load_f32(e, name, d0, d1, ret, err);
+}
+
+int weights_load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t cols,
+                     struct dsv4_fp8_weight *w, struct dsv4_err *err)
+{
+    return load_fp8(e, prefix, rows, cols, w, err);
+}
+
+int weights_load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t cols,
+                      struct dsv4_bf16_weight *w, struct dsv4_err *err)
+{
+    return load_bf16(e, name, rows, cols, w, err);
+}
+
 /* Shapes the kernels and the blockwise quantisation rely on. */
 static int check_config(const struct dsv4_config *c, struct dsv4_err *err)
 {
@@ -292,6 +318,7 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
     rope_table_init(e, &e->rope_comp, c->compress_rope_theta, true);
     e->on_layer = o.on_layer;
     e->on_layer_ctx = o.on_layer_ctx;
+    e->expert_budget = o.expert_cache_bytes ? o.expert_cache_bytes : (1ULL << 30);
     if (o.experts) {
         e->experts = *o.experts;
     } else {
@@ -314,6 +341,7 @@ dsv4_engine *dsv4_engine_free(dsv4_engine *e)
         return NULL;
     dsv4_pool_free(e->pool);
     dsv4_expert_cache_free(e->cache);
+    dspark_weights_free(e);
     for (size_t i = 0; i < e->n_allocs; i++)
         free(e->allocs[i]);
     free(e->allocs);

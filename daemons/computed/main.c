@@ -4,8 +4,10 @@
  * sequence sessions, and executes the scheduler's commands on them:
  * SESSION_OPEN/CLOSE, FORWARD (a batch of consecutive (token, position)
  * rows, answered with per-row argmax / target log-prob / top-k and, on
- * request, the last row's logits), SNAPSHOT and ROLLBACK. It keeps no
- * request state: after a restart the scheduler replays each sequence.
+ * request, the last row's logits), SNAPSHOT and ROLLBACK, and with --dspark
+ * DRAFT (the drafter's block; each session keeps the taps of its rows for
+ * the drafter, daemons/compute/speculate.h). It keeps no request state:
+ * after a restart the scheduler replays each sequence.
  * One thread drives the loop; the engine's pool does the math.
  */
 #include <errno.h>
@@ -20,6 +22,7 @@
 #include "daemon.h"
 #include "config.h"
 #include "engine.h"
+#include "speculate.h"
 #include "fetcher_client.h"
 #include "log.h"
 
@@ -29,7 +32,16 @@
 struct slot {
     uint64_t id;
     dsv4_session *s;
+    dsv4_drafter *d;            /* --dspark: the session's drafter and its tap keeper */
+    dsv4_spec *sp;
 };
+
+static void slot_free(struct slot *sl)
+{
+    sl->sp = dsv4_spec_free(sl->sp);
+    sl->d = dsv4_drafter_free(sl->d);
+    sl->s = dsv4_session_free(sl->s);
+}
 
 /*
  * The fetcher's expert cache as the engine's provider: a lease from the
@@ -78,6 +90,7 @@ struct compute {
     int vocab;
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
     int layer_delay_ms;         /* DSV4_TEST_LAYER_DELAY_MS: a slow model (watchdog tests) */
+    bool dspark;                /* --dspark: sessions carry a drafter */
     float *logits;
     size_t logits_cap;
     struct dsv4_zin in;
@@ -116,7 +129,7 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
 {
     struct slot *sl = find(c, m->session);
     if (sl) {   /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
-        sl->s = dsv4_session_free(sl->s);
+        slot_free(sl);
         atomic_fetch_sub(&c->d.stats->sessions_open, 1);
     }
     for (int i = 0; !sl && i < MAX_SESSIONS; i++)
@@ -128,7 +141,10 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
     }
     struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
     struct dsv4_err err;
-    if (dsv4_session_new(c->e, &o, &sl->s, &err) < 0) {
+    if (dsv4_session_new(c->e, &o, &sl->s, &err) < 0 ||
+        (c->dspark && (dsv4_drafter_new(c->e, &sl->d, &err) < 0 ||
+                       dsv4_spec_new(sl->s, sl->d, NULL, NULL, &sl->sp, &err) < 0))) {
+        slot_free(sl);
         reply_error(c, m->seq, DSV4_WE_INVALID, err.msg);
         return;
     }
@@ -178,8 +194,9 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     if (c->delay_ms)
         usleep((useconds_t)c->delay_ms * 1000);
     struct dsv4_err err;
-    int r = dsv4_session_forward(sl->s, toks, (int)n, all ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST,
-                                 c->logits, &err);
+    enum dsv4_logits_mode mode = all ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST;
+    int r = sl->sp ? dsv4_spec_forward(sl->sp, toks, (int)n, mode, c->logits, &err)
+                   : dsv4_session_forward(sl->s, toks, (int)n, mode, c->logits, &err);
     free(toks);
     if (r < 0) {
         reply_error(c, m->seq, r == -ERANGE ? DSV4_WE_RANGE : DSV4_WE_INTERNAL, err.msg);
@@ -238,6 +255,39 @@ static void on_layer(void *ctx)
     dsv4_daemon_heartbeat(&c->d);
 }
 
+static void do_draft(struct compute *c, const struct dsv4_msg_draft *m)
+{
+    struct slot *sl = find(c, m->session);
+    if (!sl) {
+        reply_error(c, m->seq, DSV4_WE_NOSESSION, "no such session");
+        return;
+    }
+    if (!sl->sp) {
+        reply_error(c, m->seq, DSV4_WE_INVALID, "DRAFT: compute runs without --dspark");
+        return;
+    }
+    if (m->pos != dsv4_session_pos(sl->s) || m->anchor >= c->vocab) {
+        reply_error(c, m->seq, DSV4_WE_RANGE, "DRAFT: anchor position or id out of range");
+        return;
+    }
+    int32_t ids[DSV4_WIRE_MAX_DRAFT];
+    float conf[DSV4_WIRE_MAX_DRAFT];
+    struct dsv4_err err;
+    uint32_t n = (uint32_t)dsv4_drafter_block(sl->d);
+    if (n > DSV4_WIRE_MAX_DRAFT || dsv4_spec_draft(sl->sp, m->anchor, ids, conf, &err) < 0) {
+        reply_error(c, m->seq, DSV4_WE_INTERNAL, n > DSV4_WIRE_MAX_DRAFT ? "block too long"
+                                                                         : err.msg);
+        return;
+    }
+    struct dsv4_msg_draft_result res = { m->seq, m->session, m->pos, n, 0 };
+    dsv4_wire_begin(&c->out, DSV4_MSG_DRAFT_RESULT);
+    dsv4_wire_put(&c->out, &res, sizeof(res));
+    dsv4_wire_put(&c->out, ids, n * sizeof(int32_t));
+    dsv4_wire_put(&c->out, conf, n * sizeof(float));
+    dsv4_wire_finish(&c->out);
+    reply(c);
+}
+
 static void handle(struct compute *c)
 {
     struct dsv4_msg m;
@@ -256,7 +306,7 @@ static void handle(struct compute *c)
         const struct dsv4_msg_session_ref *b = m.body;
         struct slot *sl = find(c, b->session);
         if (sl) {
-            sl->s = dsv4_session_free(sl->s);
+            slot_free(sl);
             atomic_fetch_sub(&c->d.stats->sessions_open, 1);
         }
         ack(c, b->seq, b->session, 0);
@@ -283,12 +333,18 @@ static void handle(struct compute *c)
             reply_error(c, b->seq, DSV4_WE_NOSESSION, "no such session");
             break;
         }
-        if (dsv4_session_rollback(sl->s, b->pos, &err) < 0)
+        if (dsv4_session_rollback(sl->s, b->pos, &err) < 0) {
             reply_error(c, b->seq, DSV4_WE_RANGE, err.msg);
-        else
-            ack(c, b->seq, b->session, dsv4_session_pos(sl->s));
+            break;
+        }
+        if (sl->sp)
+            dsv4_spec_sync(sl->sp);
+        ack(c, b->seq, b->session, dsv4_session_pos(sl->s));
         break;
     }
+    case DSV4_MSG_DRAFT:
+        do_draft(c, m.body);
+        break;
     default:
         dsv4_daemon_bad_message(&c->d, "scheduler socket", dsv4_wire_type_name(m.type));
         reply_error(c, 0, DSV4_WE_PROTO, "message type not served by compute");
@@ -297,7 +353,7 @@ static void handle(struct compute *c)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N]\n");
+    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--dspark]\n");
 }
 
 int main(int argc, char **argv)
@@ -308,12 +364,14 @@ int main(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
         { "fetcher", no_argument, NULL, 'F' },
+        { "dspark", no_argument, NULL, 'D' },
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
     int threads = 1, o;
     double mem_gb = 0;
     bool fetcher = false;
+    static struct compute c;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
@@ -321,6 +379,7 @@ int main(int argc, char **argv)
         case 't': threads = atoi(optarg); break;
         case 'g': mem_gb = atof(optarg); break;
         case 'F': fetcher = true; break;
+        case 'D': c.dspark = true; break;
         default: usage(); return 64;
         }
     }
@@ -328,7 +387,6 @@ int main(int argc, char **argv)
         usage();
         return 64;
     }
-    static struct compute c;
     struct dsv4_err err;
     if (dsv4_daemon_init(&c.d, DSV4_ROLE_COMPUTE, run_dir, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
@@ -365,6 +423,17 @@ int main(int argc, char **argv)
         return 78;      /* EX_CONFIG: a bad model is not fixed by respawning */
     }
     c.vocab = dsv4_engine_config(c.e)->vocab_size;
+    if (c.dspark) {     /* load the drafter's weights now: a model without one is a bad config */
+        dsv4_drafter *probe = NULL;
+        if (dsv4_drafter_new(c.e, &probe, &err) < 0) {
+            dsv4_log_error("compute", "--dspark: %s", err.msg);
+            dsv4_daemon_fini(&c.d);
+            dsv4_engine_free(c.e);
+            return 78;
+        }
+        dsv4_drafter_free(probe);
+        dsv4_log_info("compute", "DSpark drafter loaded");
+    }
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
@@ -400,7 +469,7 @@ int main(int argc, char **argv)
     }
     dsv4_log_info("compute", "stopping");
     for (int i = 0; i < MAX_SESSIONS; i++)
-        dsv4_session_free(c.slots[i].s);
+        slot_free(&c.slots[i]);
     zmq_close(c.router);
     dsv4_daemon_fini(&c.d);
     dsv4_engine_free(c.e);

@@ -18,10 +18,10 @@
  * The step: one command to compute at a time (compute is one sequence
  * engine); requests take turns. A generation step feeds the rows compute
  * has not seen (the whole prompt after a replay, else the last token) and
- * accepts tokens from the per-row results; with a drafter the rows will be
- * the pending token plus the draft, answered with DSV4_FWD_ALL_ROWS, and
- * accept() will keep the prefix that verification confirms (then ROLLBACK
- * the rest).
+ * accepts tokens from the per-row results. With --dspark a greedy request's
+ * step is DRAFT, then one FORWARD of the anchor and the drafts the policy
+ * verifies (DSV4_FWD_ALL_ROWS), then ROLLBACK past the accepted prefix
+ * (spec.h; verification and acceptance in verify_result()).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +35,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "sampling.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 #define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive);
@@ -60,13 +61,15 @@ struct req {
     uint64_t t_submit, t_last;
     uint64_t t_sent;            /* last message to the client (PROGRESS probes the rest) */
     bool first_sent;
+    struct spec_req spec;
 };
 
 struct sched {
     struct dsv4_daemon d;
     void *clients, *compute;
     dsv4_tokenizer *tok;
-    int eos, max_active, queue_cap;
+    int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
+    struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */
     uint32_t prefill_rows;
     struct req *prefilling;     /* the request the prefill gauges describe */
     struct req *reqs;
@@ -237,6 +240,7 @@ static void admit(struct sched *s, const struct dsv4_msg *m)
             r->n_stop = g->n_stop_bytes;
         }
         r->first_sent = g->n_done > 0;
+        spec_admit(&r->spec, s->dspark_block, g->temperature == 0.0f, g->flags, &s->dspark_opts);
     } else {
         const struct dsv4_msg_score *sc = m->body;
         r->n_prompt = r->n_tok = sc->n_tokens;
@@ -276,12 +280,9 @@ static void on_client(struct sched *s)
     }
 }
 
-/* Accept the tokens a FORWARD_RESULT decides (one per step until a drafter proposes more). */
-static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward_result *res,
-                   const struct dsv4_wire_row *rows, const float *logits)
+/* Emit generated token t; true when it ended the request (r is freed then). */
+static bool accept_token(struct sched *s, struct req *r, int32_t t)
 {
-    int32_t t = r->sp.temperature == 0.0 ? rows[res->n_rows - 1].argmax
-                                         : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
     r->toks[r->n_tok++] = t;
     uint32_t index = r->n_gen++;
     struct dsv4_msg_token tm = { r->id, index, 1 };
@@ -302,6 +303,43 @@ static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward
     int reason = stop_reason(s, r);
     if (reason >= 0)
         finish(s, r, reason);
+    return reason >= 0;
+}
+
+/* Accept the token a plain FORWARD_RESULT decides. */
+static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward_result *res,
+                   const struct dsv4_wire_row *rows, const float *logits)
+{
+    int32_t t = r->sp.temperature == 0.0
+                    ? rows[res->n_rows - 1].argmax
+                    : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
+    spec_plain_done(&r->spec);
+    accept_token(s, r, t);
+}
+
+/* A verify FORWARD's result (spec.h): roll compute back past the accepted rows, emit. */
+static void verify_result(struct sched *s, struct req *r, int64_t before,
+                          const struct dsv4_msg_forward_result *res,
+                          const struct dsv4_wire_row *rows)
+{
+    int32_t out[DSV4_WIRE_MAX_DRAFT + 1];
+    int keep, acc;
+    uint32_t L = r->spec.verify_l;
+    uint64_t q0 = r->spec.pol.st.quench_events;
+    int n = spec_verify(&r->spec, rows, res->n_rows, out, &keep, &acc);
+    atomic_fetch_add(&s->d.stats->spec_verify_steps, 1);
+    atomic_fetch_add(&s->d.stats->spec_proposed, L);
+    atomic_fetch_add(&s->d.stats->spec_accepted, (uint64_t)acc);
+    atomic_fetch_add(&s->d.stats->spec_quench, r->spec.pol.st.quench_events - q0);
+    r->cpos = before + keep;
+    if (r->cpos < res->pos) {   /* fire and forget: ordered before this session's next command */
+        struct dsv4_msg_rollback rb = { 0, r->session, r->cpos };
+        dsv4_wire_simple(&s->out, DSV4_MSG_ROLLBACK, &rb, sizeof(rb));
+        dsv4_zsend(s->compute, NULL, 0, &s->out, 1);
+    }
+    for (int i = 0; i < n; i++)
+        if (accept_token(s, r, out[i]))
+            return;     /* finished: r is gone */
 }
 
 static void on_compute(struct sched *s)
@@ -316,6 +354,8 @@ static void on_compute(struct sched *s)
     uint64_t seq = m.type == DSV4_MSG_ERROR            ? ((const struct dsv4_msg_error *)m.body)->id
                    : m.type == DSV4_MSG_ACK            ? ((const struct dsv4_msg_ack *)m.body)->seq
                    : m.type == DSV4_MSG_FORWARD_RESULT ? ((const struct dsv4_msg_forward_result *)m.body)->seq
+                   : m.type == DSV4_MSG_DRAFT_RESULT
+                       ? ((const struct dsv4_msg_draft_result *)m.body)->seq
                                                        : 0;
     if (!s->inflight || seq == 0 || seq != s->inflight_seq)
         return;     /* stale (an earlier compute epoch) or a close ACK */
@@ -325,6 +365,7 @@ static void on_compute(struct sched *s)
         const struct dsv4_msg_error *e = m.body;
         if (e->code == DSV4_WE_NOSESSION) {
             r->opened = false;
+            spec_reset(&r->spec);
             return;
         }
         char text[DSV4_WIRE_MAX_TEXT + 16];
@@ -335,6 +376,12 @@ static void on_compute(struct sched *s)
     if (m.type == DSV4_MSG_ACK) {
         r->opened = true;
         r->cpos = 0;
+        return;
+    }
+    if (m.type == DSV4_MSG_DRAFT_RESULT) {
+        uint64_t q0 = r->spec.pol.st.quench_events;
+        spec_draft_result(&r->spec, m.body, m.tail);
+        atomic_fetch_add(&s->d.stats->spec_quench, r->spec.pol.st.quench_events - q0);
         return;
     }
     if (m.type != DSV4_MSG_FORWARD_RESULT)
@@ -358,6 +405,10 @@ static void on_compute(struct sched *s)
             finish(s, r, DSV4_DONE_LENGTH);
         return;
     }
+    if (r->spec.verify_l) {
+        verify_result(s, r, before, res, rows);
+        return;
+    }
     if (r->cpos < r->n_tok) {   /* still catching up (prefill or replay) */
         prefill_gauges(s, r, (uint64_t)r->cpos, r->n_tok);
         send_progress(s, r);
@@ -376,7 +427,13 @@ static void on_compute(struct sched *s)
 static bool issue(struct sched *s, struct req *r)
 {
     uint64_t seq = ++s->seq;
-    if (!r->opened) {
+    uint64_t q0 = r->spec.pol.st.quench_events;
+    if (r->opened && r->kind == DSV4_MSG_GENERATE && r->cpos > 0 &&
+        r->cpos == (int64_t)r->n_tok - 1 &&
+        spec_issue(&r->spec, &s->out, seq, r->session, r->cpos, r->toks[r->n_tok - 1],
+                   r->n_gen, r->max_tokens)) {
+        /* a DRAFT or a verify FORWARD is in s->out */
+    } else if (!r->opened) {
         int64_t ctx = (int64_t)r->n_prompt + (r->kind == DSV4_MSG_GENERATE ? r->max_tokens : 0) + 1;
         struct dsv4_msg_session_open o = { seq, r->session, ctx };
         dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_OPEN, &o, sizeof(o));
@@ -402,8 +459,11 @@ static bool issue(struct sched *s, struct req *r)
         }
         dsv4_wire_finish(&s->out);
     }
-    if (dsv4_zsend(s->compute, NULL, 0, &s->out, 1) < 0)
+    atomic_fetch_add(&s->d.stats->spec_quench, r->spec.pol.st.quench_events - q0);
+    if (dsv4_zsend(s->compute, NULL, 0, &s->out, 1) < 0) {
+        spec_reset(&r->spec);
         return false;   /* compute not connected (restarting): retry on the next turn */
+    }
     if (!r->opened && r->n_gen > 0)     /* a replay (compute restart) or a resumed request */
         atomic_fetch_add(&s->d.stats->replays, 1);
     s->inflight = r;
@@ -461,6 +521,7 @@ static void on_peer(void *ctx, int role)
         struct req *r = &s->reqs[i];
         if (r->state != R_FREE && r->opened) {
             r->opened = false;
+            spec_reset(&r->spec);
             atomic_fetch_add(&s->d.stats->replayed_tokens, (uint64_t)r->cpos);
         }
     }
@@ -473,19 +534,22 @@ int main(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "max-active", required_argument, NULL, 'a' },
         { "queue", required_argument, NULL, 'q' },
+        { "dspark", no_argument, NULL, 'D' },
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
     int o, max_active = 4, queue = 8;
+    bool dspark = false;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'r': run_dir = optarg; break;
         case 'a': max_active = atoi(optarg); break;
         case 'q': queue = atoi(optarg); break;
+        case 'D': dspark = true; break;
         default:
             fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] "
-                            "[--max-active N] [--queue N]\n");
+                            "[--max-active N] [--queue N] [--dspark]\n");
             return 64;
         }
     }
@@ -507,6 +571,9 @@ int main(int argc, char **argv)
         return 78;
     }
     s.eos = cfg.eos_token_id;
+    s.dspark_block = dspark ? cfg.dspark_block_size : 0;
+    const char *fixed = getenv("DSV4_TEST_DSPARK_VERIFY");
+    s.dspark_opts.fixed_verify = fixed ? atoi(fixed) : 0;
     if (dsv4_tokenizer_open_dir(model, &s.tok, &err) < 0)
         dsv4_log_info("scheduler", "no tokenizer (%s): stop strings refused", err.msg);
     s.max_active = max_active;

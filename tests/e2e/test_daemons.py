@@ -25,6 +25,10 @@ process and no shared-memory segment is left):
   client-gone kill -9 of a client during decode, during a long prefill and while queued:
               the scheduler cancels each request (active 0, requests_cancelled + 1) and
               keeps serving
+  dspark      `start --dspark` on the DSpark fixture (verify length forced to the whole block,
+              DSV4_TEST_DSPARK_VERIFY): for every golden prompt gen prints the ids of
+              `dsv4ctl run --no-dspark`, the speculation counters move; then a kill -9 of compute
+              in the middle of speculative steps still yields the uninterrupted ids
 """
 import glob
 import json
@@ -73,10 +77,10 @@ def daemon(st, name):
     return next(d for d in st["daemons"] if d["name"] == name)
 
 
-def start(*args, **env):
+def start(*args, env=None, **env_extra):
     shutil.rmtree(run_dir, ignore_errors=True)
     ctl("start", "--model", model, "--run-dir", run_dir, *args, timeout=120,
-        env=daemon_env(**env))
+        env=env or daemon_env(**env_extra))
     rc, st = status()
     assert rc == 0, st
     return st
@@ -509,7 +513,58 @@ def client_gone():
         stop_and_check(st)
 
 
+def dspark():
+    global model
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+    model = os.path.join(fixtures, "tiny-dspark")
+    with open(os.path.join(model, "goldens.json")) as fh:
+        g = json.load(fh)
+    env = daemon_env()
+    env["DSV4_TEST_FORWARD_DELAY_MS"] = "40"   # a 64-token generation lasts ~0.6 s
+    env["DSV4_TEST_DSPARK_VERIFY"] = "5"
+    st = start("--dspark", env=env)
+    try:
+        for pr in g["prompts"]:
+            ids = ",".join(map(str, pr["tokens"][:pr["prompt_len"]]))
+            n = str(g["n_greedy"])
+            ref = run_ref(ids, int(n), "--no-dspark")
+            got = ctl("gen", "--run-dir", run_dir, "--prompt-ids", ids, "--max-tokens", n,
+                      "--format", "ids").stdout
+            assert got == ref, (ids, got, ref)
+            got = ctl("gen", "--run-dir", run_dir, "--prompt-ids", ids, "--max-tokens", n,
+                      "--format", "ids", "--no-dspark").stdout
+            assert got == ref, (ids, got, ref)
+        rc, st2 = status()
+        sch = daemon(st2, "scheduler")
+        assert sch["spec_verify_steps"] > 0 and 0 < sch["spec_accepted"] <= sch["spec_proposed"], sch
+        print(f"# {len(g['prompts'])} golden prompts identical; scheduler {sch}")
+        # kill -9 of compute while speculative steps run
+        prompt = "0,140,9,103,6,127"
+        ref = run_ref(prompt, 64, "--no-dspark")
+        rng = random.Random(os.getpid())
+        done0 = daemon(status()[1], "scheduler")["generated_tokens"]
+        gp = gen(prompt=prompt)
+        # kill once speculative steps are under way (a few tokens out, before the end)
+        want = done0 + rng.randint(3, 24)
+        deadline = time.time() + 60
+        while daemon(status()[1], "scheduler")["generated_tokens"] < want:
+            assert time.time() < deadline and gp.poll() is None, "generation did not start"
+            time.sleep(0.01)
+        victim = daemon(st, "compute")["pid"]
+        os.kill(victim, signal.SIGKILL)
+        out, err = gp.communicate(timeout=60)
+        assert gp.returncode == 0, (gp.returncode, err)
+        assert out == ref, f"after kill -9 compute:\n{out}\n!=\n{ref}"
+        rc, st = status()
+        assert daemon(st, "compute")["restarts"] == 1, st
+        # the kill landed inside the generation: the scheduler replayed committed tokens
+        assert daemon(st, "scheduler")["replays"] >= 1, st
+    finally:
+        stop_and_check(st)
+
+
 scenarios = {"progress": progress, "watchdog": watchdog, "client-gone": client_gone,
+             "dspark": dspark,
              "goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,

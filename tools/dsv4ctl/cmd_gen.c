@@ -32,6 +32,7 @@
 struct gen_args {
     const char *run_dir, *prompt_ids, *text, *format;
     bool chat, think, stats;
+    bool no_dspark;             /* --no-dspark: this request decodes without speculation */
     int max_tokens, top_k;
     int progress;               /* -1 auto (tty), 0 off, 1 on */
     double temperature, top_p;
@@ -67,7 +68,7 @@ static void build_generate(struct client *c, uint64_t id, const struct gen_args 
 {
     struct dsv4_msg_generate g = { id, a->seed, (float)a->temperature, (float)a->top_p, a->top_k,
                                    a->max_tokens, (uint32_t)prompt->n, n_done,
-                                   (uint32_t)a->n_stop, 0 };
+                                   (uint32_t)a->n_stop, a->no_dspark ? DSV4_GEN_NO_DSPARK : 0 };
     dsv4_wire_begin(&c->req, DSV4_MSG_GENERATE);
     dsv4_wire_put(&c->req, &g, sizeof(g));
     dsv4_wire_put(&c->req, prompt->v, prompt->n * 4);
@@ -110,6 +111,8 @@ int dsv4ctl_gen(int argc, char **argv)
         { "stats", no_argument, NULL, 'x' },
         { "progress", no_argument, NULL, 'G' },
         { "no-progress", no_argument, NULL, 'g' },
+        { "dspark", no_argument, NULL, 'D' },
+        { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -128,6 +131,8 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'x': a.stats = true; break;
         case 'G': a.progress = 1; break;
         case 'g': a.progress = 0; break;
+        case 'D': a.no_dspark = false; break;  /* the default: speculate if the set runs --dspark */
+        case 'E': a.no_dspark = true; break;
         case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
         case 't': a.temperature = strtod(optarg, &end); break;
         case 'P': a.top_p = strtod(optarg, &end); break;
@@ -147,7 +152,8 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'h':
             printf("usage: dsv4ctl gen [--run-dir DIR] (--prompt-ids ID,... | --prompt TEXT | TEXT) "
                    "[--chat [--think|--no-think]] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
-                   "[--stop STR]... [--format text|ids|jsonl] [--stats] [--progress|--no-progress]\n");
+                   "[--stop STR]... [--format text|ids|jsonl] [--stats] [--progress|--no-progress]\n"
+                   "       [--dspark|--no-dspark]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }

@@ -2,13 +2,16 @@
 /*
  * `dsv4ctl run`: in-process generation. Prefills the prompt in chunks, then
  * decodes one token at a time until --max-tokens or EOS (the EOS id is
- * printed, then generation stops). Output contract (--format ids): the
+ * printed, then generation stops). With --dspark the tokens come from
+ * speculative steps (daemons/compute/speculate.h): the same ids, several per
+ * target forward when the drafter (or the test-only --dspark-proposer) is right. Output contract (--format ids): the
  * generated ids on one line, space-separated. --format text (the default for
  * a text prompt) streams the decoded text, never splitting a character. --stats prints prefill and
  * decode tok/s and the time to first token to stderr. The prompt goes to the
  * engine one --chunk at a time (the result does not depend on the split), so a
  * long prefill can show its progress on stderr (progress.h).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +19,60 @@
 #include "dsv4ctl.h"
 #include "engine-args.h"
 #include "progress.h"
+#include "proposer.h"
 #include "sampling.h"
+#include "speculate.h"
 #include "util.h"
+
+/* The verifier's choice: the same draw for token number `index` as the plain loop's. */
+static int32_t choose(void *ctx, const float *logits, int vocab, int64_t index)
+{
+    return dsv4_sample(logits, vocab, ctx, (uint64_t)index);
+}
+
+/* Speculation state of a --dspark run; all NULL without it. */
+struct spec_run {
+    dsv4_drafter *d;
+    dsv4_spec *sp;
+    struct dsv4ctl_proposer prop;
+    bool have_prop;
+};
+
+static int spec_open(const struct engine_args *a, dsv4_engine *e, dsv4_session *s,
+                     struct spec_run *r)
+{
+    struct dsv4_err err = { "" };
+    int vocab = dsv4_engine_config(e)->vocab_size, rc;
+    if (a->proposer) {
+        if ((rc = dsv4ctl_proposer_parse(a->proposer, vocab, &r->prop)))
+            return rc;
+        r->have_prop = true;
+    }
+    /* the drafter proposes, or (with a test proposer) follows along if the model has one */
+    rc = dsv4_drafter_new(e, &r->d, &err);
+    if (rc < 0 && !(rc == -ENOENT && r->have_prop)) {
+        fprintf(stderr, "dsv4ctl run: --dspark: %s\n", err.msg);
+        return rc == -ENOENT ? DSV4_EXIT_USAGE : DSV4_EXIT_DATAERR;
+    }
+    struct dsv4_proposer p = r->have_prop ? dsv4_replay_proposer(&r->prop.spec)
+                                          : (struct dsv4_proposer){ 0 };
+    struct dsv4_spec_opts o = { .fixed_verify = a->dspark_verify,
+                                .no_quench = a->dspark_no_quench,
+                                .draft_cost = r->have_prop && r->prop.draft_cost };
+    if (dsv4_spec_new(s, r->d, r->have_prop ? &p : NULL, &o, &r->sp, &err) < 0) {
+        fprintf(stderr, "dsv4ctl run: --dspark: %s\n", err.msg);
+        return DSV4_EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void spec_close(struct spec_run *r)
+{
+    r->sp = dsv4_spec_free(r->sp);
+    r->d = dsv4_drafter_free(r->d);
+    if (r->have_prop)
+        dsv4ctl_proposer_free(&r->prop);
+}
 
 int dsv4ctl_run(int argc, char **argv)
 {
@@ -35,6 +90,14 @@ int dsv4ctl_run(int argc, char **argv)
         return rc;
     }
     int vocab = dsv4_engine_config(e)->vocab_size, eos = dsv4_engine_config(e)->eos_token_id;
+    struct spec_run sr = { 0 };
+    if (a.dspark && (rc = spec_open(&a, e, s, &sr))) {
+        spec_close(&sr);
+        dsv4_session_free(s);
+        dsv4_engine_free(e);
+        engine_args_free(&a);
+        return rc;
+    }
     float *logits = dsv4_xmalloc((size_t)vocab * sizeof(float));
     struct dsv4_err err = { "" };
     /* The scheduler's sampler: the same draws whether generated in-process or by the daemons. */
@@ -49,16 +112,32 @@ int dsv4ctl_run(int argc, char **argv)
     progress_init(&pg, a.progress);
     for (int done = 0; rc == 0 && done < a.n_prompt;) {
         int n = DSV4_MIN(a.chunk, a.n_prompt - done);
-        rc = dsv4_session_forward(s, a.prompt + done, n,
-                                  done + n == a.n_prompt ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE,
-                                  logits, &err);
+        bool last = done + n == a.n_prompt;
+        rc = sr.sp ? dsv4_spec_feed(sr.sp, a.prompt + done, n, logits, &err)
+                   : dsv4_session_forward(s, a.prompt + done, n,
+                                          last ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE, logits, &err);
         done += n;
-        if (rc == 0 && done < a.n_prompt)
+        if (rc == 0 && !last)
             progress_update(&pg, (uint64_t)done, (uint64_t)a.n_prompt);
     }
     progress_end(&pg);
+    int32_t pend[72];   /* tokens decided by the last speculative step, not yet printed */
+    int n_pend = 0, i_pend = 0;
+    if (rc == 0 && a.max_tokens > 0)
+        pend[n_pend++] = dsv4_sample(logits, vocab, &samp, 0);
     while (rc == 0 && n_gen < a.max_tokens) {
-        int32_t tok = dsv4_sample(logits, vocab, &samp, (uint64_t)n_gen);
+        if (i_pend == n_pend) {
+            /* one step from the last printed token (number n_gen - 1) */
+            int k = dsv4_spec_step(sr.sp, pend[n_pend - 1], n_gen - 1, a.max_tokens - n_gen,
+                                   choose, (void *)&samp, pend, &err);
+            if (k < 0) {
+                rc = k;
+                break;
+            }
+            n_pend = k;
+            i_pend = 0;
+        }
+        int32_t tok = pend[i_pend++];
         if (text) {
             const char *piece;
             size_t len;
@@ -72,7 +151,14 @@ int dsv4ctl_run(int argc, char **argv)
             t_first = dsv4_now_ns();
         if (tok == eos || n_gen == a.max_tokens)
             break;
-        rc = dsv4_session_forward(s, &tok, 1, DSV4_LOGITS_LAST, logits, &err);
+        if (!sr.sp) {
+            rc = dsv4_session_forward(s, &tok, 1, DSV4_LOGITS_LAST, logits, &err);
+            if (rc == 0) {
+                pend[0] = dsv4_sample(logits, vocab, &samp, (uint64_t)n_gen);
+                n_pend = 1;
+                i_pend = 0;
+            }
+        }
     }
     uint64_t t_end = dsv4_now_ns();
     if (text) {
@@ -99,7 +185,18 @@ int dsv4ctl_run(int argc, char **argv)
             fprintf(stderr, "experts: %llu hits, %llu misses, %.2f GiB read, peak cache %.2f GiB\n",
                     (unsigned long long)es.hits, (unsigned long long)es.misses,
                     (double)es.bytes_read / (1 << 30), (double)es.peak_bytes / (1 << 30));
+        if (sr.sp) {
+            struct dsv4_spec_stats st;
+            dsv4_spec_get_stats(sr.sp, &st);
+            fprintf(stderr, "dspark: %llu verify steps, %llu plain steps, %llu proposed, "
+                            "%llu accepted (%.1f %%), %llu quench events, row cost %.3f\n",
+                    (unsigned long long)st.verify_steps, (unsigned long long)st.plain_steps,
+                    (unsigned long long)st.proposed, (unsigned long long)st.accepted,
+                    st.proposed ? 100.0 * (double)st.accepted / (double)st.proposed : 0.0,
+                    (unsigned long long)st.quench_events, st.row_cost);
+        }
     }
+    spec_close(&sr);
     free(logits);
     dsv4_session_free(s);
     dsv4_engine_free(e);

@@ -39,6 +39,8 @@ int dsv4ctl_start(int argc, char **argv)
         { "no-metrics", no_argument, NULL, 'N' },
         { "watchdog-s", required_argument, NULL, 'w' },
         { "stall-s", required_argument, NULL, 'S' },
+        { "dspark", no_argument, NULL, 'D' },
+        { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -54,6 +56,8 @@ int dsv4ctl_start(int argc, char **argv)
         case 't': o.threads = atoi(optarg); break;
         case 'g': o.memory_gb = atof(optarg); break;
         case 'f': fg = true; break;
+        case 'D': o.dspark = true; break;
+        case 'E': o.dspark = false; break;
         case 'M':
             o.metrics_addr = optarg;
             o.metrics_explicit = true;
@@ -65,7 +69,8 @@ int dsv4ctl_start(int argc, char **argv)
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
                    "[--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
-                   ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n");
+                   ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
+                   "       [--dspark|--no-dspark]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }

@@ -43,7 +43,8 @@ static bool parse_ids(const char *s, struct engine_args *a)
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
-           O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK, O_PROGRESS, O_NO_PROGRESS };
+           O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK, O_PROGRESS, O_NO_PROGRESS,
+           O_DSPARK, O_NO_DSPARK, O_PROPOSER, O_VERIFY, O_NO_QUENCH };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
@@ -62,6 +63,11 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         { "expert-cache-mib", required_argument, NULL, O_CACHE },
         { "progress", no_argument, NULL, O_PROGRESS },
         { "no-progress", no_argument, NULL, O_NO_PROGRESS },
+        { "dspark", no_argument, NULL, O_DSPARK },
+        { "no-dspark", no_argument, NULL, O_NO_DSPARK },
+        { "dspark-proposer", required_argument, NULL, O_PROPOSER },
+        { "dspark-verify", required_argument, NULL, O_VERIFY },
+        { "dspark-no-quench", no_argument, NULL, O_NO_QUENCH },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -147,12 +153,37 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                 goto bad;
             a->expert_cache_mib = (uint64_t)v;
             break;
+        case O_DSPARK:
+        case O_NO_DSPARK:
+            if (!generate)
+                goto bad_flag;
+            a->dspark = c == O_DSPARK;
+            break;
+        case O_PROPOSER:
+            if (!generate)
+                goto bad;
+            a->proposer = optarg;
+            a->dspark = true;
+            break;
+        case O_VERIFY:
+            if (!generate || !parse_long(optarg, 0, 64, &v))
+                goto bad;
+            a->dspark_verify = (int)v;
+            break;
+        case O_NO_QUENCH:
+            if (!generate)
+                goto bad_flag;
+            a->dspark_no_quench = true;
+            break;
         case 'h':
             printf("usage: dsv4ctl %s --model DIR (--prompt-ids ID,ID,... | [--prompt] TEXT "
                    "[--chat] [--think|--no-think]) %s[--format text|%s] "
                    "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]%s\n",
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
-                   generate ? "ids" : "tsv", generate ? " [--progress|--no-progress]" : "");
+                   generate ? "ids" : "tsv",
+                   generate ? " [--progress|--no-progress] [--dspark|--no-dspark] [--dspark-verify N]"
+                              " [--dspark-no-quench] [--dspark-proposer replay:FILE[:err=N,..|all]"
+                              "[:agree=P][:conf=C][:draft]] (test-only)" : "");
             return -1;
         case ':':
             fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);
@@ -164,6 +195,9 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         continue;
 bad:
         fprintf(stderr, "%s: bad value '%s' for %s\n", argv[0], optarg, argv[optind - 1]);
+        return DSV4_EXIT_USAGE;
+bad_flag:
+        fprintf(stderr, "%s: unknown option '%s'\n", argv[0], argv[optind - 1]);
         return DSV4_EXIT_USAGE;
     }
     if (optind < argc && !a->text)

@@ -31,6 +31,11 @@ struct engine_args {
     int chunk;
     int64_t max_ctx;
     uint64_t expert_cache_mib;  /* in-process expert LRU budget; 0 = engine default */
+    /* speculative decoding (run only): --dspark / --no-dspark (default off) */
+    bool dspark;
+    const char *proposer;       /* --dspark-proposer SPEC (test-only; implies --dspark) */
+    int dspark_verify;          /* --dspark-verify N: fixed verify length; 0 = policy */
+    bool dspark_no_quench;      /* --dspark-no-quench */
 };
 
 /* Parses argv[1..] and encodes a text prompt; returns 0 or a DSV4_EXIT_*

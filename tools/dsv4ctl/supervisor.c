@@ -135,7 +135,11 @@ static int spawn(struct sv *s, struct child *c)
             *a++ = mem;
             if (s->ch[DSV4_ROLE_FETCHER].present)
                 *a++ = "--fetcher";
+            if (s->o->dspark)
+                *a++ = "--dspark";
         }
+        if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
+            argv[5] = "--dspark";
         execv(c->exe, argv);
         fprintf(stderr, "exec %s: %s\n", c->exe, strerror(errno));
         _exit(127);

@@ -24,6 +24,7 @@ struct supervisor_opts {
     /* Watchdog (0 = off): kill a ready daemon that sends no HEARTBEAT for watchdog_s, or
      * compute when its progress counter stays still for stall_s while it has work. */
     double watchdog_s, stall_s;
+    bool dspark;            /* --dspark: compute loads the drafter, the scheduler speculates */
 };
 
 /*

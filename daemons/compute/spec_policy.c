@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/* The speculation policy (spec_policy.h). */
+#include "spec_policy.h"
+
+#include <math.h>
+#include <string.h>
+
+#define EMA 0.2             /* weight of a new sample */
+#define GAIN_MIN_STEPS 4    /* verify steps measured before a quench decision */
+#define QUENCH_BASE 8
+#define QUENCH_MAX 256
+#define REFRESH_STEPS 64    /* re-measure a plain step at least this often */
+#define ROW_COST_PRIOR 0.25 /* before any measurement */
+
+void dsv4_spec_policy_init(struct dsv4_spec_policy *p, const struct dsv4_spec_opts *o)
+{
+    memset(p, 0, sizeof(*p));
+    if (o)
+        p->o = *o;
+    for (int i = 0; i < DSV4_SPEC_MAX_GAMMA; i++)
+        p->ema_acc[i] = p->ema_conf[i] = 1.0;
+    p->gain = 1.0;
+    p->quench_len = QUENCH_BASE;
+    p->st.row_cost = ROW_COST_PRIOR;
+}
+
+bool dsv4_spec_policy_propose(struct dsv4_spec_policy *p)
+{
+    if (p->o.off)
+        return false;
+    if (p->quench_left > 0) {
+        if (--p->quench_left == 0)
+            p->probe = true;
+        return false;
+    }
+    return p->o.fixed_verify > 0 || (p->t_plain > 0.0 && p->since_plain < REFRESH_STEPS);
+}
+
+static void quench(struct dsv4_spec_policy *p)
+{
+    p->quench_left = p->quench_len;
+    p->quench_len = p->quench_len * 2 < QUENCH_MAX ? p->quench_len * 2 : QUENCH_MAX;
+    p->st.quench_events++;
+    p->n_gain = 0;
+}
+
+/* Survival chance of slot i given its prefix survived, at most 0.99. */
+static double survival(const struct dsv4_spec_policy *p, const float *conf, int i)
+{
+    double calib = fmin(p->ema_acc[i] / fmax(p->ema_conf[i], 1e-6), 1e3);
+    return fmin(fmax((double)conf[i] * calib, 0.0), 0.99);
+}
+
+int dsv4_spec_policy_len(struct dsv4_spec_policy *p, const float *conf, int lmax)
+{
+    if (lmax > DSV4_SPEC_MAX_GAMMA)
+        lmax = DSV4_SPEC_MAX_GAMMA;
+    if (p->o.fixed_verify > 0)
+        return p->o.fixed_verify < lmax ? p->o.fixed_verify : lmax;
+    if (p->probe) {     /* the cheapest test: one draft (slot 0's calibration gets a sample) */
+        p->probe = false;
+        return lmax > 0 ? 1 : 0;
+    }
+    double surv = 1.0, expect = 0.0, best = 1.0;
+    int bl = 0;
+    for (int l = 1; l <= lmax; l++) {
+        surv *= survival(p, conf, l - 1);
+        expect += surv;
+        double v = (1.0 + expect) / (1.0 + p->st.row_cost * l);
+        if (v > best) {
+            best = v;
+            bl = l;
+        }
+    }
+    if (bl == 0 && lmax > 0 && !p->o.no_quench)
+        quench(p);      /* the calibrated confidences say a verify is a loss */
+    return bl;
+}
+
+void dsv4_spec_policy_record(struct dsv4_spec_policy *p, int L, const float *conf, int accepted,
+                             int tokens, double ns)
+{
+    if (L == 0) {
+        p->st.plain_steps++;
+        p->t_plain = p->t_plain == 0.0 ? ns : (1 - EMA) * p->t_plain + EMA * ns;
+        p->since_plain = 0;
+        return;
+    }
+    p->since_plain++;
+    p->st.verify_steps++;
+    p->st.proposed += (uint64_t)L;
+    p->st.accepted += (uint64_t)accepted;
+    /* calibration of every slot the step reached (all before it accepted) */
+    for (int i = 0; i < L && i <= accepted && i < DSV4_SPEC_MAX_GAMMA; i++) {
+        double w = p->seen[i]++ ? EMA : 1.0;    /* the first sample replaces the prior */
+        p->ema_acc[i] = (1 - w) * p->ema_acc[i] + w * (i < accepted);
+        p->ema_conf[i] = (1 - w) * p->ema_conf[i] + w * conf[i];
+    }
+    double cost = 1.0 + p->st.row_cost * L;
+    if (p->t_plain > 0.0) {
+        cost = ns / p->t_plain;
+        p->st.row_cost = (1 - EMA) * p->st.row_cost + EMA * fmax((cost - 1.0) / L, 0.0);
+    }
+    double g = tokens / fmax(cost, 1e-9);
+    p->gain = p->n_gain ? (1 - EMA) * p->gain + EMA * g : g;
+    p->n_gain++;
+    if (p->o.no_quench || p->o.fixed_verify > 0 || p->n_gain < GAIN_MIN_STEPS)
+        return;
+    if (p->gain < 1.0)
+        quench(p);
+    else if (p->gain > 1.1)
+        p->quench_len = QUENCH_BASE;
+}
