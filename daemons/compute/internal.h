@@ -62,6 +62,8 @@ struct dsv4_engine {
     struct rope_table rope_plain, rope_comp;   /* ratio-0 and compressed layers */
     void **allocs;                  /* every weight buffer, freed with the engine */
     size_t n_allocs, cap_allocs;
+    uint64_t resident_bytes;        /* their sizes */
+    int max_lease;                  /* experts per acquire; 0 = the whole union */
 };
 
 /* ---- session ---- */
@@ -111,12 +113,13 @@ struct dsv4_session {
     dsv4_engine *e;
     int64_t pos, snap, max_ctx;
     int chunk, max_rollback, ring_cap, max_visible;
+    uint64_t state_bytes, scratch_bytes;    /* allocated by dsv4_session_new */
     struct layer_state *ls;
     struct scratch s;
 };
 
 /* ---- ops.c: helpers shared by the steps ---- */
-void engine_track(dsv4_engine *e, void *p);
+void engine_track(dsv4_engine *e, void *p, size_t bytes);
 /* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
 /* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */

@@ -112,28 +112,36 @@ int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens,
                 ids[nu++] = i;
                 break;
             }
+    /* Lease the union in groups of at most max_lease (a small cache cannot hold a whole
+     * prefill chunk's union); each (row, choice) output lands in its own eout row, so the
+     * grouping does not change the sum below. */
     const struct dsv4_expert_weights **ew = sc->ew;
-    int rc = e->experts.acquire(e->experts.ctx, layer, ids, nu, ew, err);
-    if (rc < 0)
-        return rc;
-    for (int u = 0; u < nu; u++) {
-        int m = 0;
-        for (int r = 0; r < n; r++)
-            for (int k = 0; k < K; k++)
-                if (sc->rsel[r * K + k] == ids[u]) {
-                    memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d, (size_t)d * sizeof(float));
-                    slot[m++] = r * K + k;
-                }
-        qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
-        qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
-        for (int i = 0; i < m; i++)
-            swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
-        qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
-        for (int i = 0; i < m; i++)
-            memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
-                   (size_t)d * sizeof(float));
+    int group = e->max_lease > 0 ? e->max_lease : DSV4_MAX(nu, 1);
+    for (int g0 = 0; g0 < nu; g0 += group) {
+        int ng = DSV4_MIN(group, nu - g0);
+        int rc = e->experts.acquire(e->experts.ctx, layer, ids + g0, ng, ew, err);
+        if (rc < 0)
+            return rc;
+        for (int u = 0; u < ng; u++) {
+            int m = 0;
+            for (int r = 0; r < n; r++)
+                for (int k = 0; k < K; k++)
+                    if (sc->rsel[r * K + k] == ids[g0 + u]) {
+                        memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d,
+                               (size_t)d * sizeof(float));
+                        slot[m++] = r * K + k;
+                    }
+            qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
+            qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
+            for (int i = 0; i < m; i++)
+                swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
+            qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
+            for (int i = 0; i < m; i++)
+                memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
+                       (size_t)d * sizeof(float));
+        }
+        e->experts.release(e->experts.ctx, layer, ids + g0, ng);
     }
-    e->experts.release(e->experts.ctx, layer, ids, nu);
 
     qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
     qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);

@@ -22,6 +22,7 @@
 #include "engine.h"
 #include "fetcher_client.h"
 #include "log.h"
+#include "plan.h"
 
 #define MAX_SESSIONS 64
 #define MAX_ALL_ROWS 256        /* rows with full logits per FORWARD */
@@ -29,6 +30,7 @@
 struct slot {
     uint64_t id;
     dsv4_session *s;
+    uint64_t state_bytes, scratch_bytes;
 };
 
 /*
@@ -73,7 +75,9 @@ struct compute {
     dsv4_engine *e;
     void *router;
     struct slot slots[MAX_SESSIONS];
-    int vocab;
+    int vocab, threads;
+    uint64_t session_budget;    /* --session-bytes (the plan's sessions); 0 = unlimited */
+    uint64_t session_bytes;     /* allocated by the open sessions */
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
     float *logits;
     size_t logits_cap;
@@ -109,13 +113,33 @@ static void ack(struct compute *c, uint64_t seq, uint64_t session, int64_t pos)
     reply(c);
 }
 
+/* Memory figures of the stats page (the plan's categories, docs/ARCHITECTURE.md). */
+static void publish_memory(struct compute *c)
+{
+    uint64_t state = 0, scratch = c->logits_cap * sizeof(float);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (c->slots[i].s) {
+            state += c->slots[i].state_bytes;
+            scratch += c->slots[i].scratch_bytes;
+        }
+    c->session_bytes = state + scratch - c->logits_cap * sizeof(float);
+    atomic_store(&c->d.stats->mem_weights_bytes, dsv4_engine_resident_bytes(c->e));
+    atomic_store(&c->d.stats->mem_session_bytes, state);
+    atomic_store(&c->d.stats->mem_scratch_bytes, scratch);
+}
+
+static void close_slot(struct compute *c, struct slot *sl)
+{
+    sl->s = dsv4_session_free(sl->s);
+    atomic_fetch_sub(&c->d.stats->sessions_open, 1);
+    publish_memory(c);
+}
+
 static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
 {
     struct slot *sl = find(c, m->session);
-    if (sl) {   /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
-        sl->s = dsv4_session_free(sl->s);
-        atomic_fetch_sub(&c->d.stats->sessions_open, 1);
-    }
+    if (sl)     /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
+        close_slot(c, sl);
     for (int i = 0; !sl && i < MAX_SESSIONS; i++)
         if (!c->slots[i].s)
             sl = &c->slots[i];
@@ -125,12 +149,29 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
     }
     struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
     struct dsv4_err err;
+    if (c->session_budget) {    /* the plan's share for sessions */
+        uint64_t st, sc;
+        dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, 0, 0, c->threads, &st,
+                                &sc);
+        if (c->session_bytes + st + sc > c->session_budget) {
+            char t[200];
+            snprintf(t, sizeof(t),
+                     "session memory budget: %.1f MiB in use, a %lld-position session needs "
+                     "%.1f MiB more, the plan allows %.1f MiB",
+                     c->session_bytes / 1048576.0, (long long)m->max_ctx, (st + sc) / 1048576.0,
+                     c->session_budget / 1048576.0);
+            reply_error(c, m->seq, DSV4_WE_BUSY, t);
+            return;
+        }
+    }
     if (dsv4_session_new(c->e, &o, &sl->s, &err) < 0) {
         reply_error(c, m->seq, DSV4_WE_INVALID, err.msg);
         return;
     }
     sl->id = m->session;
+    dsv4_session_bytes(sl->s, &sl->state_bytes, &sl->scratch_bytes);
     atomic_fetch_add(&c->d.stats->sessions_open, 1);
+    publish_memory(c);
     ack(c, m->seq, m->session, 0);
 }
 
@@ -171,6 +212,7 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
         free(c->logits);
         c->logits = dsv4_xmalloc(need * sizeof(float));
         c->logits_cap = need;
+        publish_memory(c);
     }
     if (c->delay_ms)
         usleep((useconds_t)c->delay_ms * 1000);
@@ -242,10 +284,8 @@ static void handle(struct compute *c)
     case DSV4_MSG_SESSION_CLOSE: {
         const struct dsv4_msg_session_ref *b = m.body;
         struct slot *sl = find(c, b->session);
-        if (sl) {
-            sl->s = dsv4_session_free(sl->s);
-            atomic_fetch_sub(&c->d.stats->sessions_open, 1);
-        }
+        if (sl)
+            close_slot(c, sl);
         ack(c, b->seq, b->session, 0);
         break;
     }
@@ -284,7 +324,8 @@ static void handle(struct compute *c)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N]\n");
+    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--fetcher]\n"
+                    "       [--cache-bytes N] [--session-bytes N] [--max-lease N]\n");
 }
 
 int main(int argc, char **argv)
@@ -294,12 +335,16 @@ int main(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
+        { "cache-bytes", required_argument, NULL, 'c' },
+        { "session-bytes", required_argument, NULL, 's' },
+        { "max-lease", required_argument, NULL, 'l' },
         { "fetcher", no_argument, NULL, 'F' },
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
-    int threads = 1, o;
+    int threads = 1, o, max_lease = -1;
     double mem_gb = 0;
+    uint64_t cache_bytes = 0, session_budget = 0;
     bool fetcher = false;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -307,6 +352,9 @@ int main(int argc, char **argv)
         case 'r': run_dir = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'g': mem_gb = atof(optarg); break;
+        case 'c': cache_bytes = strtoull(optarg, NULL, 10); break;
+        case 's': session_budget = strtoull(optarg, NULL, 10); break;
+        case 'l': max_lease = atoi(optarg); break;
         case 'F': fetcher = true; break;
         default: usage(); return 64;
         }
@@ -323,8 +371,13 @@ int main(int argc, char **argv)
     }
     const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
     c.delay_ms = delay ? atoi(delay) : 0;
-    struct dsv4_engine_opts eo = { .n_threads = threads,
-                                   .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)) };
+    /* In-process cache: the plan's figure (--cache-bytes), else a quarter of --memory-gb. */
+    if (!cache_bytes)
+        cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30));
+    struct dsv4_engine_opts eo = { .n_threads = threads, .expert_cache_bytes = cache_bytes,
+                                   .max_lease = max_lease > 0 ? max_lease : 0 };
+    c.threads = threads;
+    c.session_budget = session_budget;
     struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
     if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
         struct dsv4_config cfg;
@@ -337,6 +390,10 @@ int main(int argc, char **argv)
             return 69;
         }
         c.fetched.n_experts = cfg.n_routed_experts;
+        /* Never ask for more than the unpinned slots (a quarter may be pinned). */
+        uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
+        if (max_lease < 0 && slots - slots / 4 < (uint32_t)cfg.n_routed_experts)
+            eo.max_lease = (int)DSV4_MAX(slots - slots / 4, 1u);
         c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
                                        sizeof(*c.fetched.store));
         eo.experts = &prov;
@@ -348,6 +405,7 @@ int main(int argc, char **argv)
         return 78;      /* EX_CONFIG: a bad model is not fixed by respawning */
     }
     c.vocab = dsv4_engine_config(c.e)->vocab_size;
+    publish_memory(&c);
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
- * [--foreground]`: runs the supervisor (supervisor.c). By default it forks
+ * `dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N]
+ * [--threads N] [--run-dir DIR] [--foreground]`: makes the memory plan
+ * (common/plan.h; refused with the minimum when the budget cannot run the
+ * model, exit 69) and runs the supervisor (supervisor.c), which hands the
+ * plan's cache and session budgets to the daemons. By default it forks
  * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
  * returns 0 only once every daemon is ready, else prints the reason and
  * exits 69. --foreground supervises in this process until SIGTERM.
@@ -15,6 +18,8 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "err.h"
+#include "plan.h"
 #include "rundir.h"
 #include "supervisor.h"
 
@@ -25,11 +30,14 @@ int dsv4ctl_start(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
+        { "max-ctx", required_argument, NULL, 'c' },
+        { "sessions", required_argument, NULL, 's' },
         { "foreground", no_argument, NULL, 'f' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = 1 };
+    struct supervisor_opts o = { .threads = dsv4ctl_default_threads() };
+    long long max_ctx = 0;
     bool fg = false;
     int c;
     optind = 1;
@@ -39,15 +47,19 @@ int dsv4ctl_start(int argc, char **argv)
         case 'r': o.run_dir = optarg; break;
         case 't': o.threads = atoi(optarg); break;
         case 'g': o.memory_gb = atof(optarg); break;
+        case 'c': max_ctx = atoll(optarg); break;
+        case 's': o.sessions = atoi(optarg); break;
         case 'f': fg = true; break;
         case 'h':
-            printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
-                   "[--run-dir DIR] [--foreground]\n");
+            printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
+                   "[--threads N] [--run-dir DIR] [--foreground]\n"
+                   "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
+                   "               see `dsv4ctl plan`\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0) {
+    if (!o.model || o.threads < 1 || o.memory_gb < 0 || max_ctx < 0 || o.sessions < 0) {
         fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1)\n");
         return DSV4_EXIT_USAGE;
     }
@@ -55,10 +67,21 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
         return DSV4_EXIT_NOINPUT;
     }
+    struct dsv4_plan plan;
+    struct dsv4_err err;
+    int prc = dsv4ctl_make_plan(o.model, o.memory_gb, max_ctx, o.sessions, o.threads, &plan,
+                                &err);
+    if (prc != DSV4_EXIT_OK) {
+        fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
+        return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
+    }
+    o.budget_bytes = plan.budget;
+    o.cache_bytes = plan.cache_bytes;
+    o.session_bytes = plan.sessions_total;
+    o.sessions = plan.o.sessions;
     if (fg)
         return dsv4_supervise(&o, -1);
     char dir[DSV4_PATH_MAX];
-    struct dsv4_err err;
     dsv4_rundir_resolve(o.run_dir, dir);
     if (dsv4_rundir_create(dir, &err) < 0) {
         fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
