@@ -39,6 +39,9 @@ const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e);
 int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret);
 /* Bytes of resident weights the engine allocated (dense, embedding, head, tables). */
 uint64_t dsv4_engine_resident_bytes(const dsv4_engine *e);
+/* Router lookahead (with a provider that takes prefetch hints): experts predicted for the
+ * next layer from this layer's FFN input, and how many of them that layer then chose. */
+void dsv4_engine_lookahead_stats(const dsv4_engine *e, uint64_t *asked, uint64_t *right);
 
 struct dsv4_session_opts {
     int64_t max_ctx;        /* positions the session can hold; 0 → 4096 */

@@ -64,9 +64,13 @@ struct dsv4_engine {
     size_t n_allocs, cap_allocs;
     uint64_t resident_bytes;        /* their sizes */
     int max_lease;                  /* experts per acquire; 0 = the whole union */
+    uint64_t lookahead_asked, lookahead_right;  /* router lookahead: predicted, then chosen */
 };
 
 /* ---- session ---- */
+
+/* Router lookahead runs for decode-sized steps: rows × top-k at most this many ids. */
+#define LOOKAHEAD_IDS 64
 
 struct layer_state {
     float *ring;        /* [ring_cap][head_dim] raw KV, slot = pos mod ring_cap */
@@ -114,6 +118,9 @@ struct dsv4_session {
     int64_t pos, snap, max_ctx;
     int chunk, max_rollback, ring_cap, max_visible;
     uint64_t state_bytes, scratch_bytes;    /* allocated by dsv4_session_new */
+    /* router lookahead for layer la_layer (-1: none): predicted ids per row, ascending */
+    int la_layer, la_rows;
+    int la_sel[LOOKAHEAD_IDS];
     struct layer_state *ls;
     struct scratch s;
 };
@@ -156,4 +163,6 @@ void indexer_select(dsv4_session *s, int layer, const float *a, const float *qr,
                     int64_t pos0);
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err);
+/* Hint the provider with every hash-routed layer's experts for these tokens (decode steps). */
+void moe_prefetch_hashed(dsv4_session *s, const int32_t *tokens, int n);
 void head_logits(dsv4_session *s, const float *x, int n, float *logits);

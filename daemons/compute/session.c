@@ -47,6 +47,7 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
     s->max_ctx = o.max_ctx;
     s->chunk = o.chunk;
     s->max_rollback = o.max_rollback;
+    s->la_layer = -1;
     int slack = DSV4_MAX(o.chunk, o.max_rollback);
     s->ring_cap = c->window + slack;
     int n = o.chunk, L = c->n_layers, D = c->head_dim;
@@ -223,6 +224,7 @@ static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *l
         for (int h = 1; h < hc; h++)
             memcpy(x + (size_t)h * d, x, (size_t)d * sizeof(float));
     }
+    moe_prefetch_hashed(s, tokens, n);
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_w *lw = &e->layers[l];
         mhc_pre(e, sc->x, lw->hc_attn_fn, lw->hc_attn_base, lw->hc_attn_scale, n, sc->y,

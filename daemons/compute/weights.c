@@ -332,6 +332,12 @@ uint64_t dsv4_engine_resident_bytes(const dsv4_engine *e)
     return e->resident_bytes;
 }
 
+void dsv4_engine_lookahead_stats(const dsv4_engine *e, uint64_t *asked, uint64_t *right)
+{
+    *asked = e->lookahead_asked;
+    *right = e->lookahead_right;
+}
+
 int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret)
 {
     if (!e->cache)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -69,6 +70,12 @@ static void fetched_release(void *ctx, int layer, const int *ids, int n)
     dsv4_fetcher_client_release(f->client, layer, ids, n);
 }
 
+static void fetched_prefetch(void *ctx, int layer, const int *ids, int n)
+{
+    struct fetched *f = ctx;
+    dsv4_fetcher_client_prefetch(f->client, layer, ids, n);
+}
+
 struct compute {
     struct dsv4_daemon d;
     struct fetched fetched;
@@ -79,6 +86,7 @@ struct compute {
     uint64_t session_budget;    /* --session-bytes (the plan's sessions); 0 = unlimited */
     uint64_t session_bytes;     /* allocated by the open sessions */
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
+    uint64_t forwards;
     float *logits;
     size_t logits_cap;
     struct dsv4_zin in;
@@ -126,6 +134,17 @@ static void publish_memory(struct compute *c)
     atomic_store(&c->d.stats->mem_weights_bytes, dsv4_engine_resident_bytes(c->e));
     atomic_store(&c->d.stats->mem_session_bytes, state);
     atomic_store(&c->d.stats->mem_scratch_bytes, scratch);
+}
+
+/* How often the router lookahead named the experts the next layer then chose. */
+static void log_lookahead(struct compute *c)
+{
+    uint64_t asked, right;
+    dsv4_engine_lookahead_stats(c->e, &asked, &right);
+    if (asked)
+        dsv4_log_info("compute", "lookahead: %llu of %llu predicted experts chosen (%.1f %%)",
+                      (unsigned long long)right, (unsigned long long)asked,
+                      100.0 * (double)right / (double)asked);
 }
 
 static void close_slot(struct compute *c, struct slot *sl)
@@ -227,6 +246,8 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     atomic_fetch_add_explicit(&c->d.stats->forward_calls, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->d.stats->forward_rows, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+    if (++c->forwards % 256 == 0)
+        log_lookahead(c);
     uint32_t nr = all ? n : 1, k = DSV4_MIN(m->top_k, (uint32_t)c->vocab);
     struct dsv4_msg_forward_result res = { m->seq, m->session, dsv4_session_pos(sl->s), nr, k,
                                            (m->flags & DSV4_FWD_LOGITS) ? (uint32_t)c->vocab : 0,
@@ -378,7 +399,8 @@ int main(int argc, char **argv)
                                    .max_lease = max_lease > 0 ? max_lease : 0 };
     c.threads = threads;
     c.session_budget = session_budget;
-    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
+    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release,
+                                         fetched_prefetch };
     if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
         struct dsv4_config cfg;
         if (dsv4_config_load(model, &cfg, &err) < 0) {
@@ -389,6 +411,16 @@ int main(int argc, char **argv)
             dsv4_log_error("compute", "expert cache: %s", err.msg);
             return 69;
         }
+        /* Map every page of the segment once, now, rather than one minor fault per 4 KiB
+         * page (3264 per expert slot) the first time a slot is read on the forward path; the
+         * pages exist (the fetcher registered them) and the plan counts the whole segment. */
+        struct dsv4_expert_shm *shm = dsv4_fetcher_client_shm(c.fetched.client);
+        uint64_t t0 = dsv4_now_ns();
+        if (madvise(shm, shm->hdr.size, MADV_POPULATE_READ) < 0)
+            dsv4_log_warn("compute", "expert segment: MADV_POPULATE_READ: %s", strerror(errno));
+        else
+            dsv4_log_info("compute", "expert segment mapped (%.1f MiB) in %.2f s",
+                          shm->hdr.size / 1048576.0, (dsv4_now_ns() - t0) / 1e9);
         c.fetched.n_experts = cfg.n_routed_experts;
         /* Never ask for more than the unpinned slots (a quarter may be pinned). */
         uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
@@ -435,6 +467,7 @@ int main(int argc, char **argv)
             }
         }
     }
+    log_lookahead(&c);
     dsv4_log_info("compute", "stopping");
     for (int i = 0; i < MAX_SESSIONS; i++)
         dsv4_session_free(c.slots[i].s);

@@ -217,7 +217,7 @@ static void test_rollback_limits(void **state)
 struct counting {
     struct dsv4_expert_provider inner;
     int acquires, releases, outstanding, n_layers;
-    int last_layer, max_n;
+    int last_layer, max_n, prefetches;
 };
 
 static int cnt_acquire(void *ctx, int layer, const int *ids, int n,
@@ -240,6 +240,17 @@ static void cnt_release(void *ctx, int layer, const int *ids, int n)
     c->releases++;
     c->outstanding -= n;
     c->inner.release(c->inner.ctx, layer, ids, n);
+}
+
+static void cnt_prefetch(void *ctx, int layer, const int *ids, int n)
+{
+    struct counting *c = ctx;
+    if (layer < 0 || layer >= c->n_layers || n < 1)
+        fail_msg("prefetch hint for layer %d, %d ids", layer, n);
+    for (int i = 1; i < n; i++)
+        if (ids[i] <= ids[i - 1])
+            fail_msg("prefetch ids not strictly ascending");
+    c->prefetches++;
 }
 
 static void test_expert_provider(void **state)
@@ -274,7 +285,7 @@ static void test_expert_provider(void **state)
     assert_int_equal(dsv4_expert_cache_new(ck, dsv4_engine_config(base), 1 << 20, &cache, &err),
                      0);
     c.inner = dsv4_expert_cache_provider(cache);
-    struct dsv4_expert_provider p = { &c, cnt_acquire, cnt_release };
+    struct dsv4_expert_provider p = { &c, cnt_acquire, cnt_release, NULL };
     dsv4_engine *ext = open_engine(1, 0, &p);
     assert_int_equal(dsv4_engine_expert_stats(ext, &st), -ENOENT);
     lg = all_logits(ext, 100, 64);
@@ -337,13 +348,30 @@ static void test_memory_plan(void **state)
     assert_int_equal(dsv4_checkpoint_open(model_dir, &ck, &err), 0);
     assert_int_equal(dsv4_expert_cache_new(ck, dsv4_engine_config(e), 1 << 20, &cache, &err), 0);
     struct counting c = { .inner = dsv4_expert_cache_provider(cache) };
-    struct dsv4_expert_provider prov = { &c, cnt_acquire, cnt_release };
+    c.n_layers = dsv4_engine_config(e)->n_layers;
+    struct dsv4_expert_provider prov = { &c, cnt_acquire, cnt_release, cnt_prefetch };
     struct dsv4_engine_opts eo = { .n_threads = 1, .experts = &prov, .max_lease = 2 };
     dsv4_engine *lim = NULL;
     assert_int_equal(dsv4_engine_open(model_dir, &eo, &lim, &err), 0);
     float *lg = all_logits(lim, 100, 64);
     assert_memory_equal(lg, ref, (size_t)100 * vocab * sizeof(float));
     assert_int_equal(c.max_n, 2);
+    uint64_t asked, right;
+    dsv4_engine_lookahead_stats(lim, &asked, &right);
+    assert_int_equal(asked, 0);     /* 64-row chunks: no lookahead */
+    /* decode: hash-layer hints and router lookahead, same logits */
+    dsv4_session *d = new_session(lim, 1, 16);
+    for (int i = 0; i < 24; i++) {
+        forward(d, tokens + i, 1, DSV4_LOGITS_LAST, lg);
+        assert_memory_equal(lg, ref + (size_t)i * vocab, (size_t)vocab * sizeof(float));
+    }
+    dsv4_session_free(d);
+    dsv4_engine_lookahead_stats(lim, &asked, &right);
+    const struct dsv4_config *cf = dsv4_engine_config(lim);
+    int routed_after = cf->n_layers - DSV4_MAX(cf->n_hash_layers, 1);
+    assert_int_equal(asked, (uint64_t)24 * routed_after * cf->n_activated_experts);
+    assert_true(right <= asked);
+    assert_int_equal(c.prefetches, 24 * (cf->n_hash_layers + routed_after));
     assert_int_equal(c.releases, c.acquires);
     assert_int_equal(c.outstanding, 0);
     free(lg);
