@@ -171,6 +171,13 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
     if (p->budget >= p->minimum) {
         p->n_slots = DSV4_MIN((p->budget - p->fixed - p->cache_header) / p->slot_bytes,
                               p->experts_total);
+        /* The fetcher's segment lives in /dev/shm (tmpfs, often half of RAM): a segment
+         * larger than its free space would fault (SIGBUS) when first touched. */
+        uint64_t shm = o.shm_avail;
+        if (shm && !o.in_process && p->cache_header + p->n_slots * p->slot_bytes > shm) {
+            p->n_slots = shm > p->cache_header ? (shm - p->cache_header) / p->slot_bytes : 0;
+            p->shm_limited = true;
+        }
         p->cache_bytes = p->cache_header + p->n_slots * p->slot_bytes;
     }
     /* The fetcher may hold a quarter of its slots pinned; the rest must fit one acquire. */
@@ -178,6 +185,14 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
     p->max_lease = lease >= (uint64_t)c->n_routed_experts ? 0 : (int)DSV4_MAX(lease, 1);
     if (p->budget < p->minimum)
         p->max_lease = 0;
+    if (p->budget >= p->minimum && p->n_slots < p->min_slots) {
+        p->max_lease = 0;
+        return dsv4_errf(err, -ENOSPC,
+                         "/dev/shm has %.2f GiB free, too little for %llu expert slots of %.1f MiB "
+                         "(enlarge it: mount -o remount,size=... /dev/shm)",
+                         o.shm_avail / GIB, (unsigned long long)p->min_slots,
+                         p->slot_bytes / (double)MIB);
+    }
     if (p->budget < p->minimum)
         return dsv4_errf(err, -ENOSPC,
                          "memory budget %.2f GiB is below the minimum %.2f GiB for this model "
@@ -218,6 +233,9 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
              100.0 * (double)p->n_slots / (double)p->experts_total,
              p->slot_bytes / (double)MIB);
     row(f, "expert cache", p->cache_bytes, note);
+    if (p->shm_limited)
+        fprintf(f, "  the cache is cut to the %.2f GiB free in /dev/shm (less than the budget "
+                   "allows)\n", p->o.shm_avail / GIB);
     if (p->max_lease)
         fprintf(f, "  a prefill chunk leases at most %d experts at a time\n", p->max_lease);
     if (p->budget < p->minimum)

@@ -31,6 +31,7 @@ struct dsv4_plan_opts {
     int max_rollback;       /* 0 → 16 (engine default) */
     int threads;            /* compute workers; 0 → 1 */
     bool in_process;        /* experts cached inside compute (dsv4ctl run), not by the fetcher */
+    uint64_t shm_avail;     /* free bytes of /dev/shm, which holds the fetcher's cache; 0 = no cap */
 };
 
 struct dsv4_plan {
@@ -53,6 +54,7 @@ struct dsv4_plan {
     uint64_t minimum;               /* fixed + min_slots × slot_bytes */
     uint64_t experts_total;         /* routed experts in the model */
     int max_lease;                  /* experts one acquire may ask for (0 = no limit) */
+    bool shm_limited;               /* the cache was cut to fit /dev/shm, not the budget */
 };
 
 /*

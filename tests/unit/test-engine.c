@@ -337,7 +337,17 @@ static void test_memory_plan(void **state)
     if (res > planned + 4096 || res < planned - planned / 20)
         fail_msg("resident weights %llu bytes, plan %llu", (unsigned long long)res,
                  (unsigned long long)planned);
+    /* the cache never outgrows the free space of /dev/shm */
+    uint64_t want = p.n_slots;
+    po.shm_avail = p.cache_header + p.min_slots * p.slot_bytes;
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), 0);
+    assert_true(p.shm_limited && p.n_slots == p.min_slots && p.n_slots < want);
+    po.shm_avail -= p.slot_bytes;
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), -ENOSPC);
+    assert_non_null(strstr(err.msg, "/dev/shm"));
+    po.shm_avail = 0;
     /* a budget below the minimum is refused, naming the minimum */
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), 0);
     po.budget_bytes = p.minimum - 1;
     assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), -ENOSPC);
     assert_non_null(strstr(err.msg, "below the minimum"));

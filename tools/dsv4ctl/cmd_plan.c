@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -24,10 +25,13 @@ int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int 
     int rc = dsv4_config_load(model, &cfg, err);
     if (rc < 0)
         return rc == -ENOENT ? DSV4_EXIT_NOINPUT : DSV4_EXIT_DATAERR;
+    struct statvfs vfs;
     struct dsv4_plan_opts o = { .budget_bytes = (uint64_t)(memory_gb * 1073741824.0),
                                 .max_ctx = max_ctx,
                                 .sessions = sessions,
                                 .threads = threads };
+    if (statvfs("/dev/shm", &vfs) == 0)
+        o.shm_avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     return dsv4_plan_make(&cfg, &o, ret, err) < 0 ? DSV4_EXIT_FAIL : DSV4_EXIT_OK;
 }
 
