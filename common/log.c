@@ -5,8 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int log_level = -1;
+static int tee_fd = -2;     /* -2: not read from the environment yet */
+static int stamp = -1;      /* timestamps unless stderr is a terminal */
 
 static const char *const level_names[] = { "error", "warn", "info", "debug", "trace" };
 
@@ -32,14 +36,79 @@ void dsv4_log_set_level(enum dsv4_log_level level)
     log_level = (int)level;
 }
 
+static void vlog(enum dsv4_log_level level, const char *topic, const char *suffix,
+                 const char *fmt, va_list ap)
+{
+    char line[2304];
+    int n = 0;
+    if (stamp < 0)
+        stamp = !isatty(2);
+    if (stamp) {
+        struct timespec ts;
+        struct tm tm;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        n = (int)strftime(line, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+        n += snprintf(line + n, sizeof(line) - (size_t)n, ".%03ldZ ", ts.tv_nsec / 1000000);
+    }
+    n += snprintf(line + n, sizeof(line) - (size_t)n, "%s %s: ", level_names[level], topic);
+    int k = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    n = k < 0 ? n : DSV4_MIN(n + k, (int)sizeof(line) - 2);
+    if (suffix && n < (int)sizeof(line) - 2)
+        n += snprintf(line + n, sizeof(line) - (size_t)n - 1, "%s", suffix);
+    n = DSV4_MIN(n, (int)sizeof(line) - 2);
+    line[n++] = '\n';
+    /* one write per line: lines of concurrent threads never interleave */
+    if (write(2, line, (size_t)n) < 0)
+        return;
+    if (tee_fd == -2) {
+        const char *t = secure_getenv("DSV4_LOG_TEE_FD");
+        tee_fd = t ? atoi(t) : -1;
+    }
+    if (tee_fd > 2 && write(tee_fd, line, (size_t)n) < 0)
+        tee_fd = -1;
+}
+
 void dsv4_log(enum dsv4_log_level level, const char *topic, const char *fmt, ...)
 {
     if (!dsv4_log_enabled(level))
         return;
-    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
+    vlog(level, topic, NULL, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s: %s\n", level_names[level], topic, line);
+}
+
+uint32_t dsv4_log_limit_check(struct dsv4_log_limit *rl, uint64_t now_ns, uint32_t *dropped)
+{
+    uint64_t start = atomic_load_explicit(&rl->window_ns, memory_order_relaxed);
+    *dropped = 0;
+    if (start == 0 || now_ns - start >= DSV4_LOG_LIMIT_WINDOW_NS) {
+        if (atomic_compare_exchange_strong(&rl->window_ns, &start, now_ns ? now_ns : 1)) {
+            *dropped = atomic_exchange(&rl->dropped, 0);
+            atomic_store(&rl->n, 1);
+            return 1;
+        }
+    }
+    if (atomic_fetch_add(&rl->n, 1) < DSV4_LOG_LIMIT_BURST)
+        return 1;
+    atomic_fetch_add(&rl->dropped, 1);
+    return 0;
+}
+
+void dsv4_log_limited(struct dsv4_log_limit *rl, enum dsv4_log_level level, const char *topic,
+                      const char *fmt, ...)
+{
+    if (!dsv4_log_enabled(level))
+        return;
+    uint32_t dropped;
+    if (!dsv4_log_limit_check(rl, dsv4_now_ns(), &dropped))
+        return;
+    char suffix[64] = "";
+    if (dropped)
+        snprintf(suffix, sizeof(suffix), " (%u like it suppressed)", dropped);
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(level, topic, suffix, fmt, ap);
+    va_end(ap);
 }

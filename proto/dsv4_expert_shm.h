@@ -74,7 +74,7 @@
 
 #define DSV4_EXPERT_SHM_MAGIC 0x58455344u /* "DSEX" little-endian */
 #define DSV4_EXPERT_SHM_ABI_MAJOR 1
-#define DSV4_EXPERT_SHM_ABI_MINOR 0
+#define DSV4_EXPERT_SHM_ABI_MINOR 1
 #define DSV4_EXPERT_SHM_KIND_EXPERTS 1u
 
 #define DSV4_EXPERT_TENSORS 6      /* w1, w1 scale, w3, w3 scale, w2, w2 scale */
@@ -183,7 +183,8 @@ struct dsv4_expert_stats_shm {
     _Atomic uint64_t client_requests;   /* experts clients asked for */
     _Atomic uint64_t lat_hist[DSV4_EXPERT_LAT_BUCKETS]; /* per expert load: first read to READY */
     _Atomic uint64_t progress;          /* bumped by the fetcher loop (liveness) */
-    uint64_t reserved[15];
+    _Atomic uint64_t lat_sum_us;        /* sum of the loads counted in lat_hist, µs */
+    uint64_t reserved[14];
 };
 _Static_assert(sizeof(struct dsv4_expert_stats_shm) == 384, "ABI");
 

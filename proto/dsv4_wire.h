@@ -101,6 +101,10 @@ struct dsv4_msg_token {         /* scheduler -> client: generated ids */
     /* int32_t ids[n]; */
 };
 enum dsv4_done_reason { DSV4_DONE_EOS, DSV4_DONE_LENGTH, DSV4_DONE_STOP, DSV4_DONE_CANCELLED };
+struct dsv4_msg_progress {      /* scheduler -> client: prefill progress (also the liveness probe) */
+    uint64_t req_id;
+    uint32_t done, total;       /* prompt rows computed / to compute; done <= total */
+};
 struct dsv4_msg_done {
     uint64_t req_id;
     uint32_t reason, n_generated;
@@ -171,8 +175,7 @@ struct dsv4_msg_forward_result {
 
 /*
  * Numbers reserved for work in progress (keep them when adding the types):
- * 22 PROGRESS (scheduler -> client, prefill progress), 39 DRAFT and
- * 40 DRAFT_RESULT (scheduler <-> compute, DSpark proposals).
+ * 39 DRAFT and 40 DRAFT_RESULT (scheduler <-> compute, DSpark proposals).
  *
  * X(NAME, number, body struct): generates the type enum, the name table,
  * the minimum body sizes and the validator table (proto/wire.c).
@@ -189,6 +192,7 @@ struct dsv4_msg_forward_result {
     X(TOKEN, 19, dsv4_msg_token)                                      \
     X(DONE, 20, dsv4_msg_done)                                        \
     X(SCORE_ROWS, 21, dsv4_msg_score_rows)                            \
+    X(PROGRESS, 22, dsv4_msg_progress)                                \
     X(SESSION_OPEN, 32, dsv4_msg_session_open)                        \
     X(SESSION_CLOSE, 33, dsv4_msg_session_ref)                        \
     X(FORWARD, 34, dsv4_msg_forward)                                  \

@@ -166,6 +166,14 @@ static int v_dsv4_msg_done(const struct dsv4_msg *m, struct dsv4_err *err)
     return tail_fits(m, sizeof(*b), 0, err);
 }
 
+static int v_dsv4_msg_progress(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_progress *b = m->body;
+    if (b->total < 1 || b->total > 2u * DSV4_WIRE_MAX_TOKENS || b->done > b->total)
+        return BAD("PROGRESS: done %u / total %u out of range", b->done, b->total);
+    return tail_fits(m, sizeof(*b), 0, err);
+}
+
 static int check_rows(const void *p, uint64_t n, struct dsv4_err *err)
 {
     const struct dsv4_wire_row *rows = p;

@@ -9,6 +9,7 @@ pkgs=(
   build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
   libzmq3-dev libcjson-dev libhwloc-dev liburing-dev libmicrohttpd-dev libpcre2-dev
   libcmocka-dev python3 python3-numpy nodejs npm
+  prometheus  # promtool and the server for tests/e2e/test_metrics.py
 )
 
 missing=()

@@ -29,6 +29,10 @@ struct dsv4_engine_opts {
     /* At most this many experts per acquire (a prefill chunk's union is leased in groups,
      * so a small cache can serve it); 0 = the whole union at once. Results do not change. */
     int max_lease;
+    /* Optional: called on the forwarding thread after every layer of every batched step
+     * (dsv4-compute heartbeats from it, so a long prefill never looks hung). */
+    void (*on_layer)(void *ctx);
+    void *on_layer_ctx;
 };
 
 int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,

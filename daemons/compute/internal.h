@@ -56,6 +56,8 @@ struct dsv4_engine {
     dsv4_pool *pool;
     dsv4_expert_cache *cache;       /* NULL with an external provider */
     struct dsv4_expert_provider experts;
+    void (*on_layer)(void *ctx);    /* dsv4_engine_opts.on_layer */
+    void *on_layer_ctx;
     struct dsv4_bf16_weight embed, head;
     float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;
     struct layer_w *layers;

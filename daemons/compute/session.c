@@ -241,6 +241,8 @@ static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *l
         mhc_post(e, sc->out, sc->x, sc->post, sc->comb, n);
         if (cap)
             capture_layer(e, sc->x, n, l, cap, hidden);
+        if (e->on_layer)
+            e->on_layer(e->on_layer_ctx);
     }
     if (mode == DSV4_LOGITS_ALL)
         head_logits(s, sc->x, n, logits);

@@ -290,6 +290,8 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
             goto fail;
     rope_table_init(e, &e->rope_plain, c->rope_theta, false);
     rope_table_init(e, &e->rope_comp, c->compress_rope_theta, true);
+    e->on_layer = o.on_layer;
+    e->on_layer_ctx = o.on_layer_ctx;
     if (o.experts) {
         e->experts = *o.experts;
     } else {

@@ -42,6 +42,7 @@ struct slot {
  */
 struct fetched {
     dsv4_fetcher_client *client;
+    struct dsv4_daemon *d;      /* a lease may wait on the disk: heartbeat after each */
     int n_experts;
     struct dsv4_expert_weights *store;  /* [n_layers * n_experts] */
 };
@@ -54,6 +55,7 @@ static int fetched_acquire(void *ctx, int layer, const int *ids, int n,
     if (n > (int)DSV4_ARRAY_SIZE(v))
         return dsv4_errf(err, -E2BIG, "layer %d: %d experts in one lease", layer, n);
     int r = dsv4_fetcher_client_acquire(f->client, layer, ids, n, v, err);
+    dsv4_daemon_heartbeat(f->d);
     if (r < 0)
         return r;
     for (int i = 0; i < n; i++) {
@@ -87,6 +89,7 @@ struct compute {
     uint64_t session_bytes;     /* allocated by the open sessions */
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
     uint64_t forwards;
+    int layer_delay_ms;         /* DSV4_TEST_LAYER_DELAY_MS: a slow model (watchdog tests) */
     float *logits;
     size_t logits_cap;
     struct dsv4_zin in;
@@ -97,7 +100,7 @@ static void reply(struct compute *c)
 {
     int r = dsv4_zsend(c->router, c->in.rid, c->in.rid_len, &c->out, 1);
     if (r < 0)
-        dsv4_log_warn("compute", "reply dropped: %s", zmq_strerror(-r));
+        dsv4_log_rl(DSV4_LOG_WARN, "compute", "reply dropped: %s", zmq_strerror(-r));
 }
 
 static void reply_error(struct compute *c, uint64_t id, int code, const char *text)
@@ -288,6 +291,16 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     reply(c);
 }
 
+/* Engine hook, after every layer of a forward: the watchdog sees a long prefill advance. */
+static void on_layer(void *ctx)
+{
+    struct compute *c = ctx;
+    if (c->layer_delay_ms)
+        usleep((useconds_t)c->layer_delay_ms * 1000);
+    atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+    dsv4_daemon_heartbeat(&c->d);
+}
+
 static void handle(struct compute *c)
 {
     struct dsv4_msg m;
@@ -392,11 +405,14 @@ int main(int argc, char **argv)
     }
     const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
     c.delay_ms = delay ? atoi(delay) : 0;
+    const char *layer_delay = getenv("DSV4_TEST_LAYER_DELAY_MS");
+    c.layer_delay_ms = layer_delay ? atoi(layer_delay) : 0;
     /* In-process cache: the plan's figure (--cache-bytes), else a quarter of --memory-gb. */
     if (!cache_bytes)
         cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30));
     struct dsv4_engine_opts eo = { .n_threads = threads, .expert_cache_bytes = cache_bytes,
-                                   .max_lease = max_lease > 0 ? max_lease : 0 };
+                                   .max_lease = max_lease > 0 ? max_lease : 0,
+                                   .on_layer = on_layer, .on_layer_ctx = &c };
     c.threads = threads;
     c.session_budget = session_budget;
     struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release,
@@ -426,6 +442,7 @@ int main(int argc, char **argv)
         uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
         if (max_lease < 0 && slots - slots / 4 < (uint32_t)cfg.n_routed_experts)
             eo.max_lease = (int)DSV4_MAX(slots - slots / 4, 1u);
+        c.fetched.d = &c.d;
         c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
                                        sizeof(*c.fetched.store));
         eo.experts = &prov;
@@ -460,10 +477,14 @@ int main(int argc, char **argv)
         if (it[2].revents & ZMQ_POLLIN) {
             int r;
             while ((r = dsv4_zrecv(c.router, &c.in, 1, 1)) != -EAGAIN) {
-                if (r < 0)
+                if (r < 0) {
                     dsv4_daemon_bad_message(&c.d, "scheduler socket", "framing");
-                else
-                    handle(&c);
+                    continue;
+                }
+                atomic_store(&c.d.stats->active, 1);   /* work pending: the stall watchdog */
+                handle(&c);
+                atomic_store(&c.d.stats->active, 0);
+                dsv4_daemon_heartbeat(&c.d);
             }
         }
     }

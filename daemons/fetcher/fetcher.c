@@ -667,6 +667,7 @@ static void finish_load(dsv4_fetcher *f, uint32_t slot)
         while (b < DSV4_EXPERT_LAT_BUCKETS - 1 && us >= (64ull << b))
             b++;
         atomic_fetch_add_explicit(&s->stats.lat_hist[b], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->stats.lat_sum_us, us, memory_order_relaxed);
         for (uint32_t i = 0; i < l->n_waiters; i++)
             complete(f, l->waiters[i], 0, slot, l->gen, NULL);
     } else {
@@ -674,8 +675,8 @@ static void finish_load(dsv4_fetcher *f, uint32_t slot)
         atomic_store_explicit(&sl->word, DSV4_SLOT_WORD(l->gen + 1, DSV4_SLOT_FREE, 0),
                               memory_order_release);
         f->free_slots[f->n_free++] = slot;
-        dsv4_log_error(TOPIC, "layer %u expert %u: %s", l->key / s->n_experts,
-                       l->key % s->n_experts, l->msg);
+        dsv4_log_rl(DSV4_LOG_ERROR, TOPIC, "layer %u expert %u: %s", l->key / s->n_experts,
+                    l->key % s->n_experts, l->msg);
         for (uint32_t i = 0; i < l->n_waiters; i++)
             complete(f, l->waiters[i], l->status, 0, 0, l->msg);
     }

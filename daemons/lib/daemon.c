@@ -75,9 +75,8 @@ void dsv4_daemon_poll_items(struct dsv4_daemon *d, void *items)
 
 void dsv4_daemon_bad_message(struct dsv4_daemon *d, const char *from, const char *why)
 {
-    uint64_t n = atomic_fetch_add_explicit(&d->stats->bad_messages, 1, memory_order_relaxed);
-    if (n < 20 || (n & (n - 1)) == 0)
-        dsv4_log_warn(dsv4_role_name(d->role), "dropped message from %s: %s", from, why);
+    atomic_fetch_add_explicit(&d->stats->bad_messages, 1, memory_order_relaxed);
+    dsv4_log_rl(DSV4_LOG_WARN, dsv4_role_name(d->role), "dropped message from %s: %s", from, why);
 }
 
 void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items)
@@ -109,16 +108,21 @@ void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items)
             }
         }
     }
+    dsv4_daemon_heartbeat(d);
+}
+
+void dsv4_daemon_heartbeat(struct dsv4_daemon *d)
+{
     uint64_t now = dsv4_now_ns();
-    if (now >= d->next_heartbeat_ns) {
-        struct dsv4_msg_heartbeat hb = { (uint32_t)getpid(), (uint32_t)d->role,
-                                         atomic_load(&d->stats->progress) };
-        struct dsv4_wire_buf b = { 0 };
-        dsv4_wire_simple(&b, DSV4_MSG_HEARTBEAT, &hb, sizeof(hb));
-        dsv4_zsend(d->ctl, NULL, 0, &b, 1);
-        dsv4_wire_buf_free(&b);
-        d->next_heartbeat_ns = now + 1000000000ull;
-    }
+    if (now < d->next_heartbeat_ns)
+        return;
+    struct dsv4_msg_heartbeat hb = { (uint32_t)getpid(), (uint32_t)d->role,
+                                     atomic_load(&d->stats->progress) };
+    struct dsv4_wire_buf b = { 0 };
+    dsv4_wire_simple(&b, DSV4_MSG_HEARTBEAT, &hb, sizeof(hb));
+    dsv4_zsend(d->ctl, NULL, 0, &b, 1);
+    dsv4_wire_buf_free(&b);
+    d->next_heartbeat_ns = now + 1000000000ull;
 }
 
 void dsv4_daemon_fini(struct dsv4_daemon *d)

@@ -35,6 +35,15 @@ void dsv4_daemon_ready(struct dsv4_daemon *d);
 /* Poll items 0 (ctl) and 1 (signalfd) belong to the daemon; handle what they report. */
 void dsv4_daemon_poll_items(struct dsv4_daemon *d, void *items);
 void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items);
+/*
+ * Send HEARTBEAT (pid, role, the progress counter) if a second has passed
+ * since the last one. dsv4_daemon_handle() calls it every loop turn; work
+ * that keeps the loop away for long calls it too (compute: after every
+ * layer of a forward), from the loop's thread. So a heartbeat means the
+ * thread that does the work advances, not merely that the process exists:
+ * the supervisor's watchdog kills a daemon that stops sending them.
+ */
+void dsv4_daemon_heartbeat(struct dsv4_daemon *d);
 void dsv4_daemon_fini(struct dsv4_daemon *d);
 /* Count a message we dropped as malformed (rate-limited log). */
 void dsv4_daemon_bad_message(struct dsv4_daemon *d, const char *from, const char *why);

@@ -10,7 +10,10 @@
  * the session and replays the sequence, and because sampling is a pure
  * function of (seed, token index) the stream continues exactly as an
  * uninterrupted run. A client that lost the scheduler itself resubmits with
- * the tokens it has (n_done) and the stream resumes the same way.
+ * the tokens it has (n_done) and the stream resumes the same way. A client
+ * that is gone (its process died) is noticed on the next send to it, and its
+ * request is cancelled: to_client(). A prefill in several chunks reports
+ * PROGRESS to its client and in the stats page's prefill gauges.
  *
  * The step: one command to compute at a time (compute is one sequence
  * engine); requests take turns. A generation step feeds the rows compute
@@ -34,7 +37,9 @@
 #include "sampling.h"
 #include "tokenizer.h"
 
-#define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive) */
+#define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive);
+                                 * $DSV4_PREFILL_ROWS overrides it (tests: many PROGRESS events) */
+#define PROBE_NS 1000000000ull  /* a request's client hears from us at least this often */
 #define SCORE_ROWS 64           /* rows per FORWARD with every row's result */
 
 enum { R_FREE, R_QUEUED, R_ACTIVE };
@@ -53,6 +58,7 @@ struct req {
     bool opened, cancel;
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t t_submit, t_last;
+    uint64_t t_sent;            /* last message to the client (PROGRESS probes the rest) */
     bool first_sent;
 };
 
@@ -61,6 +67,8 @@ struct sched {
     void *clients, *compute;
     dsv4_tokenizer *tok;
     int eos, max_active, queue_cap;
+    uint32_t prefill_rows;
+    struct req *prefilling;     /* the request the prefill gauges describe */
     struct req *reqs;
     int n_reqs;                 /* slots = max_active + queue_cap */
     uint64_t next_session, next_order, seq;
@@ -71,12 +79,40 @@ struct sched {
     struct dsv4_wire_buf out;
 };
 
+/*
+ * Send s->out to r's client. The client socket is ZMQ_ROUTER_MANDATORY: once
+ * a client's connection is gone (its process died: the kernel closed the
+ * ipc socket and libzmq dropped the peer), a send to it fails with
+ * EHOSTUNREACH instead of vanishing, and the request is cancelled. -EAGAIN
+ * is a live client that is slow to read: the message is dropped, the
+ * request goes on.
+ */
 static void to_client(struct sched *s, struct req *r)
 {
     int e = dsv4_zsend(s->clients, r->rid, r->rid_len, &s->out, 1);
-    if (e < 0)
-        dsv4_log_debug("scheduler", "req=%llu: client gone (%s)", (unsigned long long)r->id,
+    r->t_sent = dsv4_now_ns();
+    if (e == -EHOSTUNREACH && !r->cancel) {
+        dsv4_log_info("scheduler", "req=%llu: client gone, cancelling", (unsigned long long)r->id);
+        r->cancel = true;
+    } else if (e < 0) {
+        dsv4_log_debug("scheduler", "req=%llu: send to client: %s", (unsigned long long)r->id,
                        zmq_strerror(-e));
+    }
+}
+
+/* The prefill gauges of the stats page: r's catch-up at done/total, or none (r NULL). */
+static void prefill_gauges(struct sched *s, struct req *r, uint64_t done, uint64_t total)
+{
+    s->prefilling = r;
+    atomic_store(&s->d.stats->prefill_done, r ? done : 0);
+    atomic_store(&s->d.stats->prefill_total, r ? total : 0);
+}
+
+static void send_progress(struct sched *s, struct req *r)
+{
+    struct dsv4_msg_progress p = { r->id, (uint32_t)DSV4_MIN(r->cpos, (int64_t)r->n_tok), r->n_tok };
+    dsv4_wire_simple(&s->out, DSV4_MSG_PROGRESS, &p, sizeof(p));
+    to_client(s, r);
 }
 
 static void client_error(struct sched *s, const unsigned char *rid, size_t rid_len, uint64_t id,
@@ -95,6 +131,8 @@ static void free_req(struct sched *s, struct req *r)
     }
     if (s->inflight == r)
         s->inflight = NULL;
+    if (s->prefilling == r)
+        prefill_gauges(s, NULL, 0, 0);
     free(r->toks);
     free(r->stop);
     memset(r, 0, sizeof(*r));
@@ -119,7 +157,7 @@ static void finish(struct sched *s, struct req *r, int reason)
 
 static void fail(struct sched *s, struct req *r, int code, const char *text)
 {
-    dsv4_log_warn("scheduler", "req=%llu: %s", (unsigned long long)r->id, text);
+    dsv4_log_rl(DSV4_LOG_WARN, "scheduler", "req=%llu: %s", (unsigned long long)r->id, text);
     dsv4_wire_error(&s->out, r->id, code, text);
     to_client(s, r);
     atomic_fetch_add(&s->d.stats->req_error, 1);
@@ -176,7 +214,7 @@ static void admit(struct sched *s, const struct dsv4_msg *m)
     r->id = id;
     memcpy(r->rid, s->in.rid, s->in.rid_len);
     r->rid_len = s->in.rid_len;
-    r->t_submit = dsv4_now_ns();
+    r->t_submit = r->t_sent = dsv4_now_ns();
     r->session = ++s->next_session;
     r->order = ++s->next_order;
     if (m->type == DSV4_MSG_GENERATE) {
@@ -308,6 +346,7 @@ static void on_compute(struct sched *s)
                                           (size_t)res->n_rows * res->top_k * sizeof(struct dsv4_wire_topk));
     int64_t before = r->cpos;
     r->cpos = res->pos;
+    atomic_fetch_add_explicit(&s->d.stats->progress, 1, memory_order_relaxed);
     if (r->kind == DSV4_MSG_SCORE) {
         struct dsv4_msg_score_rows sr = { r->id, (uint32_t)before, res->n_rows };
         dsv4_wire_begin(&s->out, DSV4_MSG_SCORE_ROWS);
@@ -319,8 +358,13 @@ static void on_compute(struct sched *s)
             finish(s, r, DSV4_DONE_LENGTH);
         return;
     }
-    if (r->cpos < r->n_tok)
-        return;     /* still catching up (prefill or replay) */
+    if (r->cpos < r->n_tok) {   /* still catching up (prefill or replay) */
+        prefill_gauges(s, r, (uint64_t)r->cpos, r->n_tok);
+        send_progress(s, r);
+        return;
+    }
+    if (s->prefilling == r)
+        prefill_gauges(s, NULL, 0, 0);
     if (r->sp.temperature != 0.0 && res->n_logits == 0) {
         fail(s, r, DSV4_WE_INTERNAL, "compute sent no logits to sample from");
         return;
@@ -338,8 +382,10 @@ static bool issue(struct sched *s, struct req *r)
         dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_OPEN, &o, sizeof(o));
     } else {
         bool score = r->kind == DSV4_MSG_SCORE;
-        uint32_t n = (uint32_t)DSV4_MIN((int64_t)(score ? SCORE_ROWS : PREFILL_ROWS),
+        uint32_t n = (uint32_t)DSV4_MIN((int64_t)(score ? SCORE_ROWS : s->prefill_rows),
                                         (int64_t)r->n_tok - r->cpos);
+        if (!score && r->n_tok - r->cpos > 1)
+            prefill_gauges(s, r, (uint64_t)r->cpos, r->n_tok);
         bool last = r->cpos + n == r->n_tok;
         struct dsv4_msg_forward f = { seq, r->session, n, 0,
                                       score ? DSV4_FWD_ALL_ROWS
@@ -368,8 +414,11 @@ static bool issue(struct sched *s, struct req *r)
 static void schedule(struct sched *s)
 {
     int active = 0, queued = 0;
+    uint64_t now = dsv4_now_ns();
     for (int i = 0; i < s->n_reqs; i++) {
         struct req *r = &s->reqs[i];
+        if (r->state != R_FREE && !r->cancel && now - r->t_sent > PROBE_NS)
+            send_progress(s, r);    /* queued or in a long step: is the client still there? */
         if (r->state != R_FREE && r->cancel && s->inflight != r)
             finish(s, r, DSV4_DONE_CANCELLED);
         active += r->state == R_ACTIVE;
@@ -463,12 +512,22 @@ int main(int argc, char **argv)
     s.max_active = max_active;
     s.queue_cap = queue;
     s.n_reqs = max_active + queue;
+    const char *rows = getenv("DSV4_PREFILL_ROWS");
+    s.prefill_rows = PREFILL_ROWS;
+    if (rows && (atoi(rows) < 1 || atoi(rows) > DSV4_WIRE_MAX_TOKENS)) {
+        dsv4_log_error("scheduler", "DSV4_PREFILL_ROWS=%s: want 1..%d", rows, DSV4_WIRE_MAX_TOKENS);
+        return 78;
+    } else if (rows) {
+        s.prefill_rows = (uint32_t)atoi(rows);
+    }
     s.reqs = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.reqs));
     /* session ids unique across scheduler restarts: compute may still hold older ones */
     s.next_session = (uint64_t)getpid() << 32;
     char ep[DSV4_PATH_MAX];
     s.compute = dsv4_zsock(s.d.zctx, ZMQ_DEALER, NULL);
     s.clients = dsv4_zsock(s.d.zctx, ZMQ_ROUTER, NULL);
+    int mandatory = 1;  /* sends to a gone client fail (EHOSTUNREACH): see to_client() */
+    zmq_setsockopt(s.clients, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
     if (dsv4_rundir_endpoint(s.d.run_dir, "compute", ep, &err) < 0 || zmq_connect(s.compute, ep) < 0 ||
         dsv4_rundir_endpoint(s.d.run_dir, "sched", ep, &err) < 0 || zmq_bind(s.clients, ep) < 0) {
         dsv4_log_error("scheduler", "sockets: %s", err.msg[0] ? err.msg : zmq_strerror(errno));

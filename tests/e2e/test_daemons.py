@@ -14,10 +14,22 @@ process and no shared-memory segment is left):
   malformed   WIRE_POKE sends malformed, truncated, oversized and wrong-version messages to
               every socket; every daemon keeps serving (same pids, gen still exact)
   stop        `dsv4ctl stop` during a generation: the client fails cleanly, nothing remains
+  progress    a prefill fed in 2-row chunks: gen/run --progress print done/total lines on
+              stderr only (stdout identical), the scheduler's prefill gauges move and return
+              to 0/0; auto mode prints nothing on a pipe and a rewritten line on a tty
+  watchdog    a slow model (forwards longer than the watchdog timeout) is not killed; a
+              SIGSTOPped compute is killed by the heartbeat watchdog, and with heartbeats
+              off by the progress-stall watchdog; a SIGSTOPped scheduler by the heartbeat
+              watchdog: the client still prints exactly the uninterrupted ids, restarts = 1,
+              watchdog_kills = 1 for that daemon only
+  client-gone kill -9 of a client during decode, during a long prefill and while queued:
+              the scheduler cancels each request (active 0, requests_cancelled + 1) and
+              keeps serving
 """
 import glob
 import json
 import os
+import pty
 import random
 import shutil
 import signal
@@ -39,10 +51,11 @@ def ctl(*args, check=True, timeout=60, env=None):
     return p
 
 
-def daemon_env():
+def daemon_env(**extra):
     env = dict(os.environ)
     env["DSV4_TEST_FORWARD_DELAY_MS"] = DELAY_MS
     env.pop("DSV4_RUN_DIR", None)
+    env.update(extra)
     return env
 
 
@@ -60,9 +73,10 @@ def daemon(st, name):
     return next(d for d in st["daemons"] if d["name"] == name)
 
 
-def start():
+def start(*args, **env):
     shutil.rmtree(run_dir, ignore_errors=True)
-    ctl("start", "--model", model, "--run-dir", run_dir, timeout=120, env=daemon_env())
+    ctl("start", "--model", model, "--run-dir", run_dir, *args, timeout=120,
+        env=daemon_env(**env))
     rc, st = status()
     assert rc == 0, st
     return st
@@ -322,7 +336,181 @@ def goldens():
     print(f"# {found} golden prompts identical")
 
 
-scenarios = {"goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
+def wait_for(what, cond, timeout=20):
+    """Poll status until cond(status) holds (a deadline, not a timing assertion)."""
+    deadline = time.time() + timeout
+    while True:
+        rc, st = status()
+        if cond(st):
+            return st
+        assert time.time() < deadline, f"{what}: {st}"
+        time.sleep(0.02)
+
+
+def progress_lines(err):
+    """(done, total) of every `prefill D/T tokens` line."""
+    out = []
+    for line in err.replace("\r", "\n").splitlines():
+        if line.startswith("prefill ") and "ETA" in line:
+            d, t = line.split()[1].split("/")
+            out.append((int(d), int(t)))
+    return out
+
+
+def progress_steps(ev, total):
+    """The distinct done counts, in order, after checking totals and order. The scheduler also
+    sends PROGRESS as a probe when a client heard nothing for 1 s: a repeat of the last count
+    (or 0 while queued), so repeats and zeros are allowed and dropped here."""
+    assert all(t == total for _, t in ev), ev
+    done = [d for d, _ in ev]
+    assert done == sorted(done), ev
+    return sorted(set(done) - {0})
+
+
+def progress():
+    long_prompt = "0," + ",".join(str((i * 37 + 11) % 250 + 2) for i in range(79))
+    st = start(DSV4_PREFILL_ROWS="2", DSV4_TEST_FORWARD_DELAY_MS="30")
+    try:
+        prompt = "0,5,6,7,8,9,10,11,12,13,14,15"
+        ref = run_ref(prompt, 8)
+        g = ctl("gen", "--run-dir", run_dir, "--prompt-ids", prompt, "--max-tokens", "8",
+                "--format", "ids", "--progress")
+        assert g.stdout == ref, (g.stdout, ref)
+        ev = progress_lines(g.stderr)
+        assert progress_steps(ev, 12) == [2, 4, 6, 8, 10], g.stderr
+        for extra in ([], ["--no-progress"]):    # a pipe: auto is off; --no-progress is off
+            g = ctl("gen", "--run-dir", run_dir, "--prompt-ids", prompt, "--max-tokens", "8",
+                    "--format", "ids", *extra)
+            assert g.stdout == ref and "prefill" not in g.stderr, (extra, g.stdout, g.stderr)
+        # auto on a terminal: one line rewritten in place, erased before the first token
+        master, slave = pty.openpty()
+        p = subprocess.Popen([exe, "gen", "--run-dir", run_dir, "--prompt-ids", prompt,
+                              "--max-tokens", "8", "--format", "ids"],
+                             stdout=subprocess.PIPE, stderr=slave, text=True)
+        os.close(slave)
+        out, _ = p.communicate(timeout=60)
+        tty = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            tty += chunk
+        os.close(master)
+        assert p.returncode == 0 and out == ref, (out, ref)
+        assert progress_steps(progress_lines(tty.decode()), 12) == [2, 4, 6, 8, 10], tty
+        assert tty.count(b"\n") == 0 and tty.endswith(b"\r\x1b[K"), tty
+        # the scheduler's gauges during a 79-row prefill, and 0/0 after it
+        g = gen(prompt=long_prompt, n=4)
+        mid = wait_for("prefill gauges", lambda s: s["prefill_total"] == 80 and
+                       0 < s["prefill_done"] < 80)
+        out, err = g.communicate(timeout=60)
+        assert g.returncode == 0 and out == run_ref(long_prompt, 4), (out, err)
+        rc, after = status()
+        assert after["prefill_done"] == 0 and after["prefill_total"] == 0, after
+        print(f"# gauges mid-prefill {mid['prefill_done']}/{mid['prefill_total']}")
+        # in-process run: the same lines per --chunk, stdout unchanged
+        r = ctl("run", "--model", model, "--prompt-ids", prompt, "--max-tokens", "8",
+                "--format", "ids", "--chunk", "3", "--progress")
+        assert r.stdout == ref, (r.stdout, ref)
+        assert progress_lines(r.stderr) == [(3, 12), (6, 12), (9, 12)], r.stderr
+        r = ctl("run", "--model", model, "--prompt-ids", prompt, "--max-tokens", "8",
+                "--format", "ids", "--chunk", "3")
+        assert r.stdout == ref and "prefill" not in r.stderr, r.stderr
+    finally:
+        stop_and_check(st)
+
+
+def watchdog():
+    ref = run_ref(PROMPT, 64)
+    # A slow model: the forward (5 layers x 700 ms) outlasts both watchdog timeouts, but
+    # compute heartbeats and progresses after every layer, so nothing is killed.
+    st = start("--watchdog-s", "3", "--stall-s", "3", DSV4_TEST_LAYER_DELAY_MS="700")
+    try:
+        out = ctl("gen", "--run-dir", run_dir, "--prompt-ids", PROMPT, "--max-tokens", "1",
+                  "--format", "ids").stdout
+        assert out.split() == ref.split()[:1], (out, ref)
+        rc, st2 = status()
+        for d in st2["daemons"]:
+            assert d["restarts"] == 0 and d["watchdog_kills"] == 0, st2
+    finally:
+        stop_and_check(st)
+    # A hung daemon (SIGSTOP: alive, silent) is killed and restarted; the stream is intact.
+    # Compute by the heartbeat watchdog, then, with heartbeats ignored, by the stall watchdog;
+    # the scheduler by the heartbeat watchdog (the client resubmits to the new one).
+    for role, args, cause in (("compute", ["--watchdog-s", "3"], "hung: no heartbeat for 3 s"),
+                              ("compute", ["--watchdog-s", "0", "--stall-s", "3"],
+                               "stalled: progress"),
+                              ("scheduler", ["--watchdog-s", "3"], "hung: no heartbeat for 3 s")):
+        st = start(*args)
+        try:
+            g = gen()
+            first = os.read(g.stdout.fileno(), 1).decode()    # generation under way
+            time.sleep(random.Random(os.getpid()).uniform(0.0, 0.5))
+            victim = daemon(st, role)["pid"]
+            os.kill(victim, signal.SIGSTOP)
+            out, err = g.communicate(timeout=60)
+            rc, st2 = status()
+            assert g.returncode == 0, (g.returncode, err)
+            assert first + out == ref, f"after SIGSTOP {role}:\n{first + out}\n!=\n{ref}"
+            d = daemon(st2, role)
+            assert d["restarts"] == 1 and d["watchdog_kills"] == 1 and d["pid"] != victim, st2
+            for other in st2["daemons"]:
+                if other["name"] != role:
+                    assert other["restarts"] == 0 and other["watchdog_kills"] == 0, st2
+            log = open(os.path.join(run_dir, "supervisor.log")).read()
+            assert f"{role}[{victim}] {cause}" in log, log
+            st = st2
+        finally:
+            stop_and_check(st)
+        print(f"# SIGSTOP {role}, {cause}: killed, restarted, ids identical")
+
+
+def client_gone():
+    long_prompt = "0," + ",".join(str((i * 37 + 11) % 250 + 2) for i in range(79))
+    st = start(DSV4_PREFILL_ROWS="2", DSV4_TEST_FORWARD_DELAY_MS="30")  # a 1.2 s prefill
+    try:
+        ref = run_ref(PROMPT, 64)
+        for n, (prompt, wait_first) in enumerate(((PROMPT, True), (long_prompt, False))):
+            g = gen(prompt=prompt, n=200 if wait_first else 64)
+            if wait_first:                   # killed during decode
+                os.read(g.stdout.fileno(), 1)
+            else:                            # killed during the prefill
+                wait_for("prefill", lambda s: 0 < s["prefill_done"] < s["prefill_total"])
+            g.kill()
+            g.wait()
+            st2 = wait_for("cancel after kill -9",
+                           lambda s: s["active"] == 0 and s["queue_depth"] == 0 and
+                           daemon(s, "scheduler")["requests_cancelled"] == n + 1, timeout=10)
+            assert daemon(st2, "scheduler")["requests_ok"] == 0, st2
+        # killed while queued behind --max-active (4) others: only the 1 s probe reaches it
+        busy = [gen(n=200) for _ in range(4)]
+        for b in busy:
+            os.read(b.stdout.fileno(), 1)
+        q = gen(n=200)
+        wait_for("queued", lambda s: s["active"] == 4 and s["queue_depth"] == 1)
+        q.kill()
+        q.wait()
+        wait_for("queued request cancelled", lambda s: s["queue_depth"] == 0 and
+                 daemon(s, "scheduler")["requests_cancelled"] == 3, timeout=10)
+        for b in busy:
+            b.kill()
+            b.wait()
+        st2 = wait_for("all cancelled", lambda s: s["active"] == 0 and
+                       daemon(s, "scheduler")["requests_cancelled"] == 7, timeout=10)
+        assert daemon(st2, "scheduler")["requests_ok"] == 0, st2
+        assert ctl("gen", "--run-dir", run_dir, "--prompt-ids", PROMPT, "--max-tokens", "64",
+                   "--format", "ids").stdout == ref
+        log = open(os.path.join(run_dir, "scheduler.log")).read()
+        assert log.count("client gone, cancelling") == 7, log
+    finally:
+        stop_and_check(st)
+
+
+scenarios = {"progress": progress, "watchdog": watchdog, "client-gone": client_gone,
+             "goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,
              "malformed": malformed, "stop": stop_during}

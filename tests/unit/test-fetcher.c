@@ -694,7 +694,11 @@ static void test_daemon_kill9_restart(void **state)
     rm_rf(x.run_dir);
 }
 
-/* ---- NUMA placement ---- */
+/* ---- NUMA placement ----
+ * two-node-nvme.xml: a synthetic 2-package, 2-NUMA-node machine with 4 PUs, nvme0n1 on package 1
+ * (node 1). No XML comment in it: hwloc's minimalistic parser (used when the libxml2 plugin is
+ * not installed) rejects comments.
+ */
 
 static void test_numa_two_nodes(void **state)
 {

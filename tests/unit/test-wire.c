@@ -127,6 +127,25 @@ static void test_ranges(void **state)
             fail_msg("accepted: %s", bad[i].what);
         dsv4_wire_buf_free(&b);
     }
+    /* PROGRESS: 1 <= total, done <= total */
+    const struct dsv4_msg_progress progress[] = { { 7, 0, 10 }, { 7, 10, 10 }, { 7, 11, 10 },
+                                                  { 7, 0, 0 } };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(progress); i++) {
+        struct dsv4_wire_buf pb = { 0 };
+        dsv4_wire_simple(&pb, DSV4_MSG_PROGRESS, &progress[i], sizeof(progress[i]));
+        int r = decode(&pb, &m, &errc);
+        if (i < 2) {
+            assert_int_equal(r, 0);
+            assert_int_equal(m.type, DSV4_MSG_PROGRESS);
+            const struct dsv4_msg_progress *pm = m.body;
+            assert_int_equal(pm->req_id, 7);
+            assert_int_equal(pm->done, progress[i].done);
+            assert_int_equal(pm->total, 10);
+        } else {
+            assert_int_not_equal(r, 0);
+        }
+        dsv4_wire_buf_free(&pb);
+    }
     /* FORWARD: rows must be consecutive positions; taps not served yet */
     struct dsv4_msg_forward f = { 1, 2, 2, 0, 0, 0 };
     struct dsv4_wire_fwd_in rows[2] = { { 5, -1, 10 }, { 6, -1, 11 } };

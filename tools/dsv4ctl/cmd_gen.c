@@ -6,6 +6,8 @@
  * Output: --format ids is `dsv4ctl run`'s contract (the generated ids on one
  * line, space-separated), text prints the decoded text, jsonl one object
  * per token then a final {"done":...}. Ctrl-C sends CANCEL and exits 130.
+ * A long prefill shows its progress on stderr (progress.h: on a terminal, or
+ * with --progress; never with --no-progress).
  * If the scheduler is restarted mid-stream the request is resubmitted with
  * the same id and the tokens received so far: the stream goes on unchanged.
  *
@@ -22,6 +24,7 @@
 #include "chat.h"
 #include "client.h"
 #include "dsv4ctl.h"
+#include "progress.h"
 #include "prompt.h"
 #include "tokenizer.h"
 #include "util.h"
@@ -30,6 +33,7 @@ struct gen_args {
     const char *run_dir, *prompt_ids, *text, *format;
     bool chat, think, stats;
     int max_tokens, top_k;
+    int progress;               /* -1 auto (tty), 0 off, 1 on */
     double temperature, top_p;
     uint64_t seed;
     char stop[DSV4_WIRE_MAX_STOP_BYTES];
@@ -104,10 +108,12 @@ int dsv4ctl_gen(int argc, char **argv)
         { "stop", required_argument, NULL, 'S' },
         { "format", required_argument, NULL, 'f' },
         { "stats", no_argument, NULL, 'x' },
+        { "progress", no_argument, NULL, 'G' },
+        { "no-progress", no_argument, NULL, 'g' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct gen_args a = { .max_tokens = 16, .top_p = 1.0 };
+    struct gen_args a = { .max_tokens = 16, .top_p = 1.0, .progress = -1 };
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -120,6 +126,8 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'T': a.think = true; break;
         case 'N': a.think = false; break;
         case 'x': a.stats = true; break;
+        case 'G': a.progress = 1; break;
+        case 'g': a.progress = 0; break;
         case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
         case 't': a.temperature = strtod(optarg, &end); break;
         case 'P': a.top_p = strtod(optarg, &end); break;
@@ -139,7 +147,7 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'h':
             printf("usage: dsv4ctl gen [--run-dir DIR] (--prompt-ids ID,... | --prompt TEXT | TEXT) "
                    "[--chat [--think|--no-think]] [--max-tokens N] [--temperature T] [--top-p P] [--top-k K] [--seed S] "
-                   "[--stop STR]... [--format text|ids|jsonl] [--stats]\n");
+                   "[--stop STR]... [--format text|ids|jsonl] [--stats] [--progress|--no-progress]\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -206,6 +214,8 @@ int dsv4ctl_gen(int argc, char **argv)
         }
     }
     bool done = rc != 0, cancelled = false;
+    struct prefill_progress pg;
+    progress_init(&pg, a.progress);
     uint64_t t0 = dsv4_now_ns(), t_first = 0;
     uint64_t cancel_at = 0;
     while (!done) {
@@ -236,6 +246,14 @@ int dsv4ctl_gen(int argc, char **argv)
         }
         if (r != 1)
             continue;
+        if (m.type == DSV4_MSG_PROGRESS) {
+            const struct dsv4_msg_progress *p = m.body;
+            if (p->req_id == id && n_got == 0)   /* also a liveness probe: shown only in prefill */
+                progress_update(&pg, p->done, p->total);
+            continue;
+        }
+        if (m.type == DSV4_MSG_TOKEN || m.type == DSV4_MSG_DONE || m.type == DSV4_MSG_ERROR)
+            progress_end(&pg);
         if (m.type == DSV4_MSG_TOKEN) {
             const struct dsv4_msg_token *t = m.body;
             if (t->req_id != id)
@@ -295,6 +313,7 @@ int dsv4ctl_gen(int argc, char **argv)
             done = true;
         }
     }
+    progress_end(&pg);
     if (cancelled)
         rc = 130;
     if (a.stats && rc == 0 && n_got > 0) {   /* the same lines as `dsv4ctl run --stats` */

@@ -5,7 +5,9 @@
  * printed, then generation stops). Output contract (--format ids): the
  * generated ids on one line, space-separated. --format text (the default for
  * a text prompt) streams the decoded text, never splitting a character. --stats prints prefill and
- * decode tok/s and the time to first token to stderr.
+ * decode tok/s and the time to first token to stderr. The prompt goes to the
+ * engine one --chunk at a time (the result does not depend on the split), so a
+ * long prefill can show its progress on stderr (progress.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 
 #include "dsv4ctl.h"
 #include "engine-args.h"
+#include "progress.h"
 #include "sampling.h"
 #include "util.h"
 
@@ -42,7 +45,18 @@ int dsv4ctl_run(int argc, char **argv)
     if (text)
         dsv4_detok_init(&detok, a.tok, false);
     uint64_t t0 = dsv4_now_ns(), t_first = 0;
-    rc = dsv4_session_forward(s, a.prompt, a.n_prompt, DSV4_LOGITS_LAST, logits, &err);
+    struct prefill_progress pg;
+    progress_init(&pg, a.progress);
+    for (int done = 0; rc == 0 && done < a.n_prompt;) {
+        int n = DSV4_MIN(a.chunk, a.n_prompt - done);
+        rc = dsv4_session_forward(s, a.prompt + done, n,
+                                  done + n == a.n_prompt ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE,
+                                  logits, &err);
+        done += n;
+        if (rc == 0 && done < a.n_prompt)
+            progress_update(&pg, (uint64_t)done, (uint64_t)a.n_prompt);
+    }
+    progress_end(&pg);
     while (rc == 0 && n_gen < a.max_tokens) {
         int32_t tok = dsv4_sample(logits, vocab, &samp, (uint64_t)n_gen);
         if (text) {

@@ -1,13 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * `dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N]
- * [--threads N] [--run-dir DIR] [--foreground]`: makes the memory plan
+ * [--threads N] [--run-dir DIR] [--metrics-addr HOST:PORT | --no-metrics]
+ * [--watchdog-s N] [--stall-s N] [--foreground]`: makes the memory plan
  * (common/plan.h; refused with the minimum when the budget cannot run the
  * model, exit 69) and runs the supervisor (supervisor.c), which hands the
- * plan's cache and session budgets to the daemons. By default it forks
- * the supervisor into its own session (log: RUN_DIR/supervisor.log) and
- * returns 0 only once every daemon is ready, else prints the reason and
- * exits 69. --foreground supervises in this process until SIGTERM.
+ * plan's cache and session budgets to the daemons. By default it forks the
+ * supervisor into its own session (log: RUN_DIR/supervisor.log) and returns
+ * 0 only once every daemon is ready, else prints the reason and exits 69.
+ * --foreground supervises in this process until SIGTERM, every daemon's log
+ * lines also on stderr.
+ * The supervisor serves Prometheus /metrics (metrics.c) on --metrics-addr
+ * (default 127.0.0.1:9464; port 0 picks one; the address bound is in
+ * RUN_DIR/metrics-addr).
+ * --watchdog-s (default 30) and --stall-s (default 600; 0 turns either off)
+ * bound how long a daemon may go without a heartbeat, or compute without
+ * progress while it has work, before the supervisor kills and restarts it.
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -20,6 +28,7 @@
 #include "dsv4ctl.h"
 #include "err.h"
 #include "plan.h"
+#include "metrics.h"
 #include "rundir.h"
 #include "supervisor.h"
 
@@ -33,10 +42,16 @@ int dsv4ctl_start(int argc, char **argv)
         { "max-ctx", required_argument, NULL, 'c' },
         { "sessions", required_argument, NULL, 's' },
         { "foreground", no_argument, NULL, 'f' },
+        { "metrics-addr", required_argument, NULL, 'M' },
+        { "no-metrics", no_argument, NULL, 'N' },
+        { "watchdog-s", required_argument, NULL, 'w' },
+        { "stall-s", required_argument, NULL, 'S' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = dsv4ctl_default_threads() };
+    struct supervisor_opts o = { .threads = dsv4ctl_default_threads(),
+                                 .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
+                                 .watchdog_s = 30, .stall_s = 600 };
     long long max_ctx = 0;
     bool fg = false;
     int c;
@@ -50,17 +65,28 @@ int dsv4ctl_start(int argc, char **argv)
         case 'c': max_ctx = atoll(optarg); break;
         case 's': o.sessions = atoi(optarg); break;
         case 'f': fg = true; break;
+        case 'M':
+            o.metrics_addr = optarg;
+            o.metrics_explicit = true;
+            break;
+        case 'N': o.metrics_addr = NULL; break;
+        case 'w': o.watchdog_s = atof(optarg); break;
+        case 'S': o.stall_s = atof(optarg); break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
-                   "[--threads N] [--run-dir DIR] [--foreground]\n"
+                   "[--threads N] [--run-dir DIR]\n"
+                   "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
+                   ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
                    "               see `dsv4ctl plan`\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0 || max_ctx < 0 || o.sessions < 0) {
-        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1)\n");
+    if (!o.model || o.threads < 1 || o.memory_gb < 0 || max_ctx < 0 || o.sessions < 0 ||
+        !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
+        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
+                        "--watchdog-s and --stall-s >= 0)\n");
         return DSV4_EXIT_USAGE;
     }
     if (access(o.model, R_OK) != 0) {
@@ -79,6 +105,7 @@ int dsv4ctl_start(int argc, char **argv)
     o.cache_bytes = plan.cache_bytes;
     o.session_bytes = plan.sessions_total;
     o.sessions = plan.o.sessions;
+    o.foreground = fg;
     if (fg)
         return dsv4_supervise(&o, -1);
     char dir[DSV4_PATH_MAX];

@@ -43,7 +43,7 @@ static bool parse_ids(const char *s, struct engine_args *a)
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *a)
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
-           O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK };
+           O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK, O_PROGRESS, O_NO_PROGRESS };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
@@ -60,6 +60,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         { "chunk", required_argument, NULL, O_CHUNK },
         { "max-ctx", required_argument, NULL, O_CTX },
         { "expert-cache-mib", required_argument, NULL, O_CACHE },
+        { "progress", no_argument, NULL, O_PROGRESS },
+        { "no-progress", no_argument, NULL, O_NO_PROGRESS },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -67,6 +69,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     a->max_tokens = 16;
     a->threads = 1;
     a->chunk = 64;
+    a->progress = -1;
     long long v;
     int c;
     optind = 1;
@@ -120,6 +123,10 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         case O_STATS:
             a->stats = true;
             break;
+        case O_PROGRESS:
+        case O_NO_PROGRESS:
+            a->progress = c == O_PROGRESS;
+            break;
         case O_THREADS:
             if (!parse_long(optarg, 1, 1024, &v))
                 goto bad;
@@ -143,9 +150,9 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         case 'h':
             printf("usage: dsv4ctl %s --model DIR (--prompt-ids ID,ID,... | [--prompt] TEXT "
                    "[--chat] [--think|--no-think]) %s[--format text|%s] "
-                   "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]\n",
+                   "[--threads N] [--chunk N] [--max-ctx N] [--expert-cache-mib N] [--stats]%s\n",
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
-                   generate ? "ids" : "tsv");
+                   generate ? "ids" : "tsv", generate ? " [--progress|--no-progress]" : "");
             return -1;
         case ':':
             fprintf(stderr, "%s: option '%s' needs a value\n", argv[0], argv[optind - 1]);

@@ -26,6 +26,7 @@ struct engine_args {
     uint64_t seed;
     const char *format;
     bool stats;
+    int progress;               /* run: prefill progress on stderr; -1 auto (tty), 0 off, 1 on */
     int threads;
     int chunk;
     int64_t max_ctx;

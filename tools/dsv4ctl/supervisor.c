@@ -22,6 +22,7 @@
 #include "fetcher_client.h"
 #include "fetcher_shm.h"
 #include "log.h"
+#include "metrics.h"
 #include "supervisor.h"
 
 #define CRASH_LOOP_N 5
@@ -39,6 +40,9 @@ struct child {
     int n_fail;
     uint64_t restart_at;        /* 0 = none pending */
     struct dsv4_stats_shm *stats;
+    /* watchdog: last HEARTBEAT, and since when the progress counter has been still */
+    uint64_t beat_ns, still_since_ns, progress;
+    bool killed;                /* SIGKILLed by the watchdog, not reaped yet */
 };
 
 struct sv {
@@ -49,6 +53,9 @@ struct sv {
     int sigfd, lockfd;
     bool stopping;
     struct dsv4_zin in;
+    struct dsv4_view view;      /* what the exporter reads: our own mappings */
+    struct dsv4_metrics *metrics;
+    char metrics_addr[128];     /* bound address, "" when none */
 };
 
 const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
@@ -106,6 +113,8 @@ static int spawn(struct sv *s, struct child *c)
     if (pid < 0)
         return -errno;
     if (pid == 0) {
+        /* --foreground: the daemon's log lines go to our stderr too (log.c, DSV4_LOG_TEE_FD) */
+        int tee = s->o->foreground ? fcntl(2, F_DUPFD_CLOEXEC, 10) : -1;
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         int nul = open("/dev/null", O_RDONLY);
         if (fd >= 0) {
@@ -114,6 +123,8 @@ static int spawn(struct sv *s, struct child *c)
         }
         if (nul >= 0)
             dup2(nul, 0);
+        if (tee >= 0 && dup2(tee, 3) == 3)
+            setenv("DSV4_LOG_TEE_FD", "3", 1);
         sigset_t all;
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
@@ -151,6 +162,7 @@ static int spawn(struct sv *s, struct child *c)
     }
     c->pid = pid;
     c->ready = false;
+    c->killed = false;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     atomic_store(&c->stats->started_unix_ms, (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
@@ -164,8 +176,12 @@ static void describe_status(int st, char *buf, size_t n)
 {
     if (WIFEXITED(st))
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(st));
+    else if (WIFSIGNALED(st) && sigabbrev_np(WTERMSIG(st)))
+        snprintf(buf, n, "killed by signal SIG%s%s", sigabbrev_np(WTERMSIG(st)),
+                 WCOREDUMP(st) ? " (core dumped)" : "");
     else if (WIFSIGNALED(st))
-        snprintf(buf, n, "killed by %s", sigabbrev_np(WTERMSIG(st)) ? sigabbrev_np(WTERMSIG(st)) : "?");
+        snprintf(buf, n, "killed by signal %d%s", WTERMSIG(st),
+                 WCOREDUMP(st) ? " (core dumped)" : "");
     else
         snprintf(buf, n, "status 0x%x", st);
 }
@@ -192,16 +208,25 @@ static void on_ctl(struct sv *s)
         struct dsv4_err err;
         int errc;
         if (r < 0 || dsv4_wire_decode(s->in.buf, s->in.len, &m, &errc, &err)) {
-            dsv4_log_warn("supervisor", "dropped control message: %s", r < 0 ? "framing" : err.msg);
+            dsv4_log_rl(DSV4_LOG_WARN, "supervisor", "dropped control message: %s",
+                        r < 0 ? "framing" : err.msg);
+            continue;
+        }
+        if (m.type == DSV4_MSG_HEARTBEAT) {
+            const struct dsv4_msg_heartbeat *hb = m.body;
+            if ((pid_t)hb->pid == s->ch[hb->role].pid)
+                s->ch[hb->role].beat_ns = dsv4_now_ns();
             continue;
         }
         if (m.type != DSV4_MSG_READY)
-            continue;   /* heartbeats: liveness is the stats page's progress counter */
+            continue;
         const struct dsv4_msg_ready *rd = m.body;
         struct child *c = &s->ch[rd->role];
         if ((pid_t)rd->pid != c->pid || c->ready)
             continue;
         c->ready = true;
+        c->beat_ns = c->still_since_ns = dsv4_now_ns();
+        c->progress = atomic_load(&c->stats->progress);
         dsv4_log_info("supervisor", "%s[%d] ready", dsv4_role_name(c->role), (int)c->pid);
         if (atomic_load(&c->stats->restarts) > 0)
             notify_peers(s, c->role);
@@ -253,6 +278,50 @@ static void reap(struct sv *s, int *ready_fd)
     }
 }
 
+/*
+ * The watchdog: a ready daemon that is alive but hung is SIGKILLed; reap()
+ * then restarts it like any other death (the scheduler replays, the client
+ * resumes). Two signs: no HEARTBEAT for watchdog_s (heartbeats come from the
+ * daemon's working thread, between messages and after every layer of a
+ * forward, so a stopped, deadlocked or spinning daemon goes quiet while a
+ * long prefill does not), or, for compute, a progress counter (bumped after
+ * every layer) that has not moved for stall_s while there is work: a command
+ * in hand (its `active` gauge) or requests running in the scheduler, which
+ * always has a command out to compute then. Killing compute is also the
+ * remedy when the scheduler lost a reply: PEER_RESTARTED makes it replay.
+ * The scheduler's loop never blocks, so its heartbeats are enough. The
+ * fetcher does not speak on ctl.sock (its readiness is its segment's), so
+ * only compute and the scheduler are watched.
+ */
+static void watchdog(struct sv *s, uint64_t now)
+{
+    uint64_t hb_ns = (uint64_t)(s->o->watchdog_s * 1e9), stall_ns = (uint64_t)(s->o->stall_s * 1e9);
+    for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
+        struct child *c = &s->ch[r];
+        if (r == DSV4_ROLE_FETCHER || !c->pid || !c->ready || c->killed)
+            continue;
+        uint64_t progress = atomic_load(&c->stats->progress);
+        bool work = r == DSV4_ROLE_COMPUTE &&
+                    (atomic_load(&c->stats->active) || atomic_load(&s->ch[DSV4_ROLE_SCHEDULER].stats->active));
+        if (progress != c->progress || !work) {
+            c->progress = progress;
+            c->still_since_ns = now;
+        }
+        char why[96];   /* the limit that was passed, not the (poll-dependent) time waited */
+        if (hb_ns && now - c->beat_ns > hb_ns)
+            snprintf(why, sizeof(why), "hung: no heartbeat for %g s", s->o->watchdog_s);
+        else if (stall_ns && now - c->still_since_ns > stall_ns)
+            snprintf(why, sizeof(why), "stalled: progress %llu unchanged for %g s with work pending",
+                     (unsigned long long)progress, s->o->stall_s);
+        else
+            continue;
+        dsv4_log_warn("supervisor", "%s[%d] %s: SIGKILL", dsv4_role_name(r), (int)c->pid, why);
+        atomic_fetch_add(&c->stats->watchdog_kills, 1);
+        c->killed = true;
+        kill(c->pid, SIGKILL);
+    }
+}
+
 static void handle_signals(struct sv *s, int *ready_fd)
 {
     struct signalfd_siginfo si;
@@ -289,6 +358,7 @@ static void turn(struct sv *s, int timeout_ms, int *ready_fd)
         }
     }
     uint64_t now = dsv4_now_ns();
+    watchdog(s, now);
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
         struct child *c = &s->ch[r];
         if (c->restart_at && now >= c->restart_at) {
@@ -333,6 +403,8 @@ static void stop_all(struct sv *s)
 static void cleanup(struct sv *s)
 {
     char path[DSV4_PATH_MAX + 32];
+    dsv4_metrics_stop(s->metrics);  /* before the pages it reads go */
+    s->metrics = NULL;
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         dsv4_stats_unmap(s->ch[r].stats);
         dsv4_stats_unlink(s->dir, r);
@@ -341,7 +413,7 @@ static void cleanup(struct sv *s)
     if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
         shm_unlink(eshm);
     static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
-                                         "model" };
+                                         "model", "metrics-addr" };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
         snprintf(path, sizeof(path), "%s/%s", s->dir, files[i]);
         unlink(path);
@@ -356,6 +428,42 @@ static void cleanup(struct sv *s)
             dsv4_log_debug("supervisor", "truncate lock: %s", strerror(errno));
         close(s->lockfd);
     }
+}
+
+/* The exporter runs on its own thread here: this process maps every stats page and outlives
+ * the daemons. Started after the signal mask is set, so its thread inherits it. A busy default
+ * address only warns (another set on this host has it); an address asked for must work. */
+static int start_metrics(struct sv *s, int *ready_fd)
+{
+    char *bound = s->metrics_addr, path[DSV4_PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/metrics-addr", s->dir);
+    unlink(path);   /* a crashed set's */
+    if (!s->o->metrics_addr)
+        return 0;
+    s->view.dir = s->dir;
+    s->view.supervisor_pid = (int)getpid();
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        s->view.page[r] = s->ch[r].stats;
+        s->view.in_set[r] = s->ch[r].present;
+    }
+    struct dsv4_err err;
+    if (dsv4_metrics_start(s->o->metrics_addr, &s->view, &s->metrics, bound,
+                           sizeof(s->metrics_addr), &err) < 0) {
+        if (s->o->metrics_explicit) {
+            say(ready_fd, "error: %s", err.msg);
+            return -1;
+        }
+        dsv4_log_warn("supervisor", "%s; serving no metrics", err.msg);
+        return 0;
+    }
+    s->view.metrics_addr = bound;
+    dsv4_log_info("supervisor", "metrics on http://%s/metrics", bound);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", bound);
+        fclose(f);
+    }
+    return 0;
 }
 
 int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
@@ -412,6 +520,10 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
             rc = 66;
             goto out;
         }
+    }
+    if (start_metrics(&s, &ready_fd) < 0) {
+        rc = 71;
+        goto out;
     }
     char model[DSV4_PATH_MAX];
     if (!realpath(o->model, model)) {

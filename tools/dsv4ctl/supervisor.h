@@ -4,10 +4,14 @@
  * stats pages and the control ROUTER; starts fetcher (when built) → compute
  * → scheduler, each only after the previous one said READY; restarts a
  * daemon that dies (alone, with exponential backoff and a crash-loop limit;
- * never one that exits 78 = bad config) and tells the others; on SIGTERM
+ * never one that exits 78 = bad config) and tells the others; kills with
+ * SIGKILL a daemon that is alive but hung (the watchdog: no heartbeat, or
+ * no progress with work pending), which then restarts the same way; on SIGTERM
  * stops scheduler → compute → fetcher and removes its shm and sockets.
  */
 #pragma once
+
+#include <stdbool.h>
 
 struct supervisor_opts {
     const char *run_dir;
@@ -19,6 +23,12 @@ struct supervisor_opts {
     uint64_t cache_bytes;       /* fetcher --cache-bytes (compute's in-process cache without one) */
     uint64_t session_bytes;     /* compute --session-bytes */
     int sessions;               /* scheduler --max-active (0: its default) */
+    const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */
+    bool metrics_explicit;      /* asked for: failing to listen there is an error */
+    bool foreground;            /* daemons' log lines also go to our stderr */
+    /* Watchdog (0 = off): kill a ready daemon that sends no HEARTBEAT for watchdog_s, or
+     * compute when its progress counter stays still for stall_s while it has work. */
+    double watchdog_s, stall_s;
 };
 
 /*
