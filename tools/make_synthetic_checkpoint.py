@@ -4,8 +4,8 @@
 measurements only (its outputs mean nothing).
 
 Tensor inventory from tools/reference/layout.py (official names, dtypes, shapes); the config is
-the released one with num_hidden_layers cut to --layers (compress_ratios cut to match, no MTP
-block). Payloads are random but sane, generated in bounded chunks and streamed to one shard per
+the released one with num_hidden_layers cut to --layers (compress_ratios and num_hash_layers cut
+to match, no MTP block). Payloads are random but sane, generated in bounded chunks and streamed to one shard per
 layer, so the tool writes gigabytes quickly with little memory:
   F8_E4M3 weights: random sign/mantissa, exponent field 4..7 (|w| in [1/8, 1.875], never NaN),
                    E8M0 scales 2^-round(log2 sqrt(in)) so rows have unit-ish gain;
@@ -127,6 +127,8 @@ def main():
     cfg["num_hidden_layers"] = a.layers
     cfg["num_nextn_predict_layers"] = 0
     cfg["compress_ratios"] = cfg["compress_ratios"][:a.layers]
+    # fewer layers than hash-routed ones (Flash: 3): every layer is hash-routed
+    cfg["num_hash_layers"] = min(cfg.get("num_hash_layers", 0), a.layers)
     if a.dspark:
         if "dspark_target_layer_ids" not in cfg:
             sys.exit(f"{a.config}: --dspark needs a config with dspark_* keys")

@@ -26,6 +26,9 @@ struct dsv4_engine_opts {
     uint64_t expert_cache_bytes;    /* in-process provider LRU budget; 0 → 1 GiB */
     /* Optional external provider (the fetcher daemon); NULL → in-process pread + LRU. */
     const struct dsv4_expert_provider *experts;
+    /* At most this many experts per acquire (a prefill chunk's union is leased in groups,
+     * so a small cache can serve it); 0 = the whole union at once. Results do not change. */
+    int max_lease;
     /* Optional: called on the forwarding thread after every layer of every batched step
      * (dsv4-compute heartbeats from it, so a long prefill never looks hung). */
     void (*on_layer)(void *ctx);
@@ -38,6 +41,11 @@ dsv4_engine *dsv4_engine_free(dsv4_engine *e);
 const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e);
 /* Statistics of the in-process expert cache; -ENOENT with an external provider. */
 int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret);
+/* Bytes of resident weights the engine allocated (dense, embedding, head, tables). */
+uint64_t dsv4_engine_resident_bytes(const dsv4_engine *e);
+/* Router lookahead (with a provider that takes prefetch hints): experts predicted for the
+ * next layer from this layer's FFN input, and how many of them that layer then chose. */
+void dsv4_engine_lookahead_stats(const dsv4_engine *e, uint64_t *asked, uint64_t *right);
 
 struct dsv4_session_opts {
     int64_t max_ctx;        /* positions the session can hold; 0 → 4096 */
@@ -52,6 +60,8 @@ dsv4_session *dsv4_session_free(dsv4_session *s);
 void dsv4_session_reset(dsv4_session *s);
 /* Number of positions processed so far (= position of the next token). */
 int64_t dsv4_session_pos(const dsv4_session *s);
+/* Bytes the session allocated: position state, and per-chunk scratch (common/plan.h). */
+void dsv4_session_bytes(const dsv4_session *s, uint64_t *state, uint64_t *scratch);
 
 enum dsv4_logits_mode {
     DSV4_LOGITS_NONE,   /* state only */

@@ -244,7 +244,7 @@ static void cache_release(void *ctx, int layer, const int *ids, int n)
 
 struct dsv4_expert_provider dsv4_expert_cache_provider(dsv4_expert_cache *c)
 {
-    return (struct dsv4_expert_provider){ c, cache_acquire, cache_release };
+    return (struct dsv4_expert_provider){ c, cache_acquire, cache_release, NULL };
 }
 
 void dsv4_expert_cache_get_stats(const dsv4_expert_cache *c, struct dsv4_expert_cache_stats *ret)

@@ -32,6 +32,12 @@ struct dsv4_expert_provider {
                    const struct dsv4_expert_weights **ret, struct dsv4_err *err);
     /* Give back the leases taken by one acquire (same layer and ids). */
     void (*release)(void *ctx, int layer, const int *ids, int n);
+    /*
+     * Optional (NULL: none): a hint that experts ids[0..n) of `layer` will be asked for soon
+     * (hash-routed layers from the token ids, router lookahead elsewhere), so a provider that
+     * reads asynchronously can load them while the engine computes. Never blocks.
+     */
+    void (*prefetch)(void *ctx, int layer, const int *ids, int n);
 };
 
 struct dsv4_expert_cache_stats {

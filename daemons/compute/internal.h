@@ -80,9 +80,15 @@ struct dsv4_engine {
     uint64_t expert_budget;         /* in-process expert LRU bytes (the drafter's LRU too) */
     void **allocs;                  /* every weight buffer, freed with the engine */
     size_t n_allocs, cap_allocs;
+    uint64_t resident_bytes;        /* their sizes */
+    int max_lease;                  /* experts per acquire; 0 = the whole union */
+    uint64_t lookahead_asked, lookahead_right;  /* router lookahead: predicted, then chosen */
 };
 
 /* ---- session ---- */
+
+/* Router lookahead runs for decode-sized steps: rows × top-k at most this many ids. */
+#define LOOKAHEAD_IDS 64
 
 struct layer_state {
     float *ring;        /* [ring_cap][head_dim] raw KV, slot = pos mod ring_cap */
@@ -129,12 +135,16 @@ struct dsv4_session {
     dsv4_engine *e;
     int64_t pos, snap, max_ctx;
     int chunk, max_rollback, ring_cap, max_visible;
+    uint64_t state_bytes, scratch_bytes;    /* allocated by dsv4_session_new */
+    /* router lookahead for layer la_layer (-1: none): predicted ids per row, ascending */
+    int la_layer, la_rows;
+    int la_sel[LOOKAHEAD_IDS];
     struct layer_state *ls;
     struct scratch s;
 };
 
 /* ---- ops.c: helpers shared by the steps ---- */
-void engine_track(dsv4_engine *e, void *p);
+void engine_track(dsv4_engine *e, void *p, size_t bytes);
 /* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
 /* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */
@@ -193,4 +203,6 @@ int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens,
 int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_expert_provider *prov,
               int layer, const float *f, const int32_t *tokens, int n, float *out,
               struct dsv4_err *err);
+/* Hint the provider with every hash-routed layer's experts for these tokens (decode steps). */
+void moe_prefetch_hashed(dsv4_session *s, const int32_t *tokens, int n);
 void head_logits(dsv4_session *s, const float *x, int n, float *logits);

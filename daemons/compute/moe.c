@@ -33,6 +33,99 @@ static void swiglu(float *g, const float *u, int n, float limit, float w)
     }
 }
 
+/* sel[0..K) = top-K of sco + bias; a strictly larger value wins, ties → lower id. */
+static void topk_biased(const float *sco, const float *bias, int E, int K, int *sel)
+{
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        float bv = -INFINITY;
+        for (int i = 0; i < E; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++)
+                taken |= sel[j] == i;
+            float v = sco[i] + bias[i];
+            if (!taken && (best < 0 || v > bv)) {
+                best = i;
+                bv = v;
+            }
+        }
+        sel[k] = best;
+    }
+}
+
+static void sort_ids(int *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            int t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+}
+
+/* Distinct ids of v[0..n) (negative ones skipped) into u, ascending; returns the count. */
+static int union_ids(const int *v, int n, int *u)
+{
+    int nu = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = v[i] < 0;
+        for (int j = 0; j < nu && !seen; j++)
+            seen = u[j] == v[i];
+        if (!seen)
+            u[nu++] = v[i];
+    }
+    sort_ids(u, nu);
+    return nu;
+}
+
+void moe_prefetch_hashed(dsv4_session *s, const int32_t *tokens, int n)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    int K = c->n_activated_experts, v[LOOKAHEAD_IDS], u[LOOKAHEAD_IDS];
+    if (!e->experts.prefetch || n * K > LOOKAHEAD_IDS)
+        return;
+    for (int l = 0; l < c->n_layers; l++) {
+        const struct layer_w *lw = &e->layers[l];
+        if (!lw->hashed)
+            continue;
+        for (int r = 0; r < n; r++)
+            memcpy(v + r * K, lw->tid2eid + (size_t)tokens[r] * K, (size_t)K * sizeof(int));
+        int nu = union_ids(v, n * K, u);
+        e->experts.prefetch(e->experts.ctx, l, u, nu);
+    }
+}
+
+/*
+ * Router lookahead: predict layer+1's experts from this layer's FFN input f (the residual
+ * stream changes little from one layer to the next) with layer+1's own router, and hint the
+ * provider, which loads them while this layer's experts and the next attention compute.
+ * The prediction is remembered to count how often layer+1 then picks the same experts.
+ */
+static void lookahead(dsv4_session *s, int layer, const float *f, int n)
+{
+    dsv4_engine *e = s->e;
+    const struct dsv4_config *c = &e->cfg;
+    int E = c->n_routed_experts, K = c->n_activated_experts, u[LOOKAHEAD_IDS];
+    s->la_layer = -1;
+    if (!e->experts.prefetch || layer + 1 >= c->n_layers || n * K > LOOKAHEAD_IDS ||
+        e->layers[layer + 1].hashed)
+        return;
+    const struct layer_w *nw = &e->layers[layer + 1];
+    float *sco = s->s.rlogit;       /* free once route() has chosen this layer's experts */
+    linear_bf16(e, &nw->gate, f, n, sco);
+    for (int r = 0; r < n; r++) {
+        float *sr = sco + (size_t)r * E;
+        for (int i = 0; i < E; i++)
+            sr[i] = sqrt_softplus(sr[i]);
+        topk_biased(sr, nw->gate_bias, E, K, s->la_sel + r * K);
+    }
+    s->la_layer = layer + 1;
+    s->la_rows = n;
+    int nu = union_ids(s->la_sel, n * K, u);
+    e->experts.prefetch(e->experts.ctx, layer + 1, u, nu);
+}
+
 /* Router: sel[r][0..k) ascending expert id, wts in the same order. */
 static void route(dsv4_session *s, const struct layer_w *lw, const float *f,
                   const int32_t *tokens, int n)
@@ -50,30 +143,10 @@ static void route(dsv4_session *s, const struct layer_w *lw, const float *f,
         if (lw->hashed) {
             memcpy(sel, lw->tid2eid + (size_t)tokens[r] * K, (size_t)K * sizeof(int));
         } else {
-            /* top-K of score+bias; a strictly larger value wins, ties → lower id */
-            for (int k = 0; k < K; k++) {
-                int best = -1;
-                float bv = -INFINITY;
-                for (int i = 0; i < E; i++) {
-                    bool taken = false;
-                    for (int j = 0; j < k; j++)
-                        taken |= sel[j] == i;
-                    float v = sco[i] + lw->gate_bias[i];
-                    if (!taken && (best < 0 || v > bv)) {
-                        best = i;
-                        bv = v;
-                    }
-                }
-                sel[k] = best;
-            }
+                topk_biased(sco, lw->gate_bias, E, K, sel);
         }
         /* ascending id: the order of the reference's expert loop */
-        for (int i = 1; i < K; i++)
-            for (int j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
-                int t = sel[j];
-                sel[j] = sel[j - 1];
-                sel[j - 1] = t;
-            }
+        sort_ids(sel, K);
         double sum = 0.0;
         for (int k = 0; k < K; k++)
             sum += sco[sel[k]];
@@ -108,6 +181,13 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
     float limit = (float)c->swiglu_limit;
 
     route(s, lw, f, tokens, n);
+    if (prov == &e->experts && s->la_layer == layer && s->la_rows == n) {  /* score the lookahead */
+        for (int r = 0; r < n; r++)
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < K; j++)
+                    e->lookahead_right += s->la_sel[r * K + k] == sc->rsel[r * K + j];
+        e->lookahead_asked += (uint64_t)n * K;
+    }
 
     /* union of the chunk's experts, ascending */
     int *ids = sc->ids, *slot = sc->slot;
@@ -118,28 +198,39 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                 ids[nu++] = i;
                 break;
             }
+    /* Lease the union in groups of at most max_lease (a small cache cannot hold a whole
+     * prefill chunk's union); each (row, choice) output lands in its own eout row, so the
+     * grouping does not change the sum below. */
     const struct dsv4_expert_weights **ew = sc->ew;
-    int rc = prov->acquire(prov->ctx, layer, ids, nu, ew, err);
-    if (rc < 0)
-        return rc;
-    for (int u = 0; u < nu; u++) {
-        int m = 0;
-        for (int r = 0; r < n; r++)
-            for (int k = 0; k < K; k++)
-                if (sc->rsel[r * K + k] == ids[u]) {
-                    memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d, (size_t)d * sizeof(float));
-                    slot[m++] = r * K + k;
-                }
-        qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
-        qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
-        for (int i = 0; i < m; i++)
-            swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
-        qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
-        for (int i = 0; i < m; i++)
-            memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
-                   (size_t)d * sizeof(float));
+    bool target = prov == &e->experts;  /* the drafter's stages lease from their own cache */
+    int group = e->max_lease > 0 ? e->max_lease : DSV4_MAX(nu, 1);
+    for (int g0 = 0; g0 < nu; g0 += group) {
+        int ng = DSV4_MIN(group, nu - g0);
+        int rc = prov->acquire(prov->ctx, layer, ids + g0, ng, ew, err);
+        if (rc < 0)
+            return rc;
+        if (g0 == 0 && target)  /* this layer's first leases are in: hint the next layer's */
+            lookahead(s, layer, f, n);
+        for (int u = 0; u < ng; u++) {
+            int m = 0;
+            for (int r = 0; r < n; r++)
+                for (int k = 0; k < K; k++)
+                    if (sc->rsel[r * K + k] == ids[g0 + u]) {
+                        memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d,
+                               (size_t)d * sizeof(float));
+                        slot[m++] = r * K + k;
+                    }
+            qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
+            qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
+            for (int i = 0; i < m; i++)
+                swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
+            qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
+            for (int i = 0; i < m; i++)
+                memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
+                       (size_t)d * sizeof(float));
+        }
+        prov->release(prov->ctx, layer, ids + g0, ng);
     }
-    prov->release(prov->ctx, layer, ids, nu);
 
     qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
     qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);

@@ -12,8 +12,9 @@
 #include "internal.h"
 #include "util.h"
 
-void engine_track(dsv4_engine *e, void *p)
+void engine_track(dsv4_engine *e, void *p, size_t bytes)
 {
+    e->resident_bytes += bytes;
     if (e->n_allocs == e->cap_allocs) {
         e->cap_allocs = e->cap_allocs ? 2 * e->cap_allocs : 256;
         e->allocs = dsv4_xrealloc(e->allocs, e->cap_allocs * sizeof(*e->allocs));
@@ -142,7 +143,7 @@ void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yar
     int np = c->rope_head_dim / 2;
     int dim = c->rope_head_dim;
     t->freq = dsv4_xcalloc((size_t)np, sizeof(float));
-    engine_track(e, t->freq);
+    engine_track(e, t->freq, (size_t)np * sizeof(float));
     double lo = 0, hi = 0;
     yarn = yarn && c->original_seq_len > 0;
     if (yarn) {

@@ -21,6 +21,13 @@ static void *zalloc(size_t count, size_t size)
     return dsv4_xcalloc(count ? count : 1, size);
 }
 
+/* zalloc counted in *bytes (common/plan.c computes the same sums from the config). */
+static void *zcount(uint64_t *bytes, size_t count, size_t size)
+{
+    *bytes += (uint64_t)(count ? count : 1) * size;
+    return zalloc(count, size);
+}
+
 int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
                      dsv4_session **ret, struct dsv4_err *err)
 {
@@ -40,6 +47,7 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
     s->max_ctx = o.max_ctx;
     s->chunk = o.chunk;
     s->max_rollback = o.max_rollback;
+    s->la_layer = -1;
     int slack = DSV4_MAX(o.chunk, o.max_rollback);
     s->ring_cap = c->window + slack;
     int n = o.chunk, L = c->n_layers, D = c->head_dim;
@@ -49,20 +57,23 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
     for (int l = 0; l < L; l++) {
         const struct layer_w *lw = &e->layers[l];
         struct layer_state *st = &s->ls[l];
-        st->ring = zalloc((size_t)s->ring_cap * D, sizeof(float));
+        st->ring = zcount(&s->state_bytes, (size_t)s->ring_cap * D, sizeof(float));
         if (lw->kind == DSV4_ATTN_WINDOW)
             continue;
         int r = lw->ratio;
         st->max_rows = (int)(o.max_ctx / r);
         st->cin_cap = lw->comp.coff * r + slack;
-        st->cin = zalloc((size_t)st->cin_cap * 2 * lw->comp.coff * lw->comp.c, sizeof(float));
-        st->rows = zalloc((size_t)st->max_rows * D, sizeof(float));
+        st->cin = zcount(&s->state_bytes, (size_t)st->cin_cap * 2 * lw->comp.coff * lw->comp.c,
+                         sizeof(float));
+        st->rows = zcount(&s->state_bytes, (size_t)st->max_rows * D, sizeof(float));
         max_ratio = DSV4_MAX(max_ratio, lw->comp.coff * r);
         max_c = DSV4_MAX(max_c, lw->comp.coff * lw->comp.c);
         if (lw->kind == DSV4_ATTN_CSA) {
-            st->icin = zalloc((size_t)st->cin_cap * 2 * lw->icomp.coff * lw->icomp.c,
+            st->icin = zcount(&s->state_bytes,
+                              (size_t)st->cin_cap * 2 * lw->icomp.coff * lw->icomp.c,
                               sizeof(float));
-            st->irows = zalloc((size_t)st->max_rows * c->index_head_dim, sizeof(float));
+            st->irows = zcount(&s->state_bytes, (size_t)st->max_rows * c->index_head_dim,
+                               sizeof(float));
             max_c = DSV4_MAX(max_c, lw->icomp.coff * lw->icomp.c);
             max_csa_rows = DSV4_MAX(max_csa_rows, st->max_rows);
             s->max_visible = DSV4_MAX(s->max_visible, DSV4_MIN(c->index_topk, st->max_rows));
@@ -76,40 +87,43 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
     int max_in = DSV4_MAX(DSV4_MAX(c->dim, c->q_lora_rank), DSV4_MAX(c->wo_a_in, c->moe_inter_dim));
     max_in = DSV4_MAX(max_in, c->o_groups * c->o_lora_rank);
     int nw = dsv4_pool_size(e->pool);
-    sc->x = zalloc((size_t)n * c->hc_dim, sizeof(float));
-    sc->y = zalloc((size_t)n * c->dim, sizeof(float));
-    sc->a = zalloc((size_t)n * c->dim, sizeof(float));
-    sc->xq = zalloc((size_t)n * K * max_in, sizeof(float));
-    sc->post = zalloc((size_t)n * c->hc_mult, sizeof(float));
-    sc->comb = zalloc((size_t)n * c->hc_mult * c->hc_mult, sizeof(float));
-    sc->qa = zalloc((size_t)n * c->q_lora_rank, sizeof(float));
-    sc->qr = zalloc((size_t)n * c->q_lora_rank, sizeof(float));
-    sc->q = zalloc((size_t)n * HD, sizeof(float));
-    sc->o = zalloc((size_t)n * HD, sizeof(float));
-    sc->kv = zalloc((size_t)n * D, sizeof(float));
-    sc->low = zalloc((size_t)n * c->o_groups * c->o_lora_rank, sizeof(float));
-    sc->out = zalloc((size_t)n * c->dim, sizeof(float));
-    sc->cproj = zalloc((size_t)n * 2 * max_c, sizeof(float));
-    sc->qi = zalloc((size_t)n * c->index_n_heads * c->index_head_dim, sizeof(float));
-    sc->wt = zalloc((size_t)n * c->index_n_heads, sizeof(float));
-    sc->iscore = zalloc((size_t)2 * max_csa_rows, sizeof(float));
-    sc->sel = zalloc((size_t)n * s->max_visible, sizeof(int));
-    sc->nsel = zalloc((size_t)n, sizeof(int));
-    sc->vis = zalloc((size_t)n * (s->max_visible + s->ring_cap), sizeof(*sc->vis));
-    sc->nvis = zalloc((size_t)n, sizeof(int));
-    sc->attn_tmp = zalloc((size_t)nw * (3 * D + 64), sizeof(float));
-    sc->rlogit = zalloc((size_t)n * E, sizeof(float));
-    sc->rsel = zalloc((size_t)n * K, sizeof(int));
-    sc->rw = zalloc((size_t)n * K, sizeof(float));
-    sc->eout = zalloc((size_t)n * K * c->dim, sizeof(float));
-    sc->ids = zalloc((size_t)E, sizeof(int));
-    sc->slot = zalloc((size_t)n * K, sizeof(int));
-    sc->ew = zalloc((size_t)E, sizeof(*sc->ew));
-    sc->sout = zalloc((size_t)n * c->dim, sizeof(float));
-    sc->gx = zalloc((size_t)n * K * c->dim, sizeof(float));
-    sc->g = zalloc((size_t)n * K * c->moe_inter_dim, sizeof(float));
-    sc->u = zalloc((size_t)n * K * c->moe_inter_dim, sizeof(float));
-    sc->pooltmp = zalloc((size_t)2 * max_ratio, sizeof(float));
+    sc->x = zcount(&s->scratch_bytes, (size_t)n * c->hc_dim, sizeof(float));
+    sc->y = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
+    sc->a = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
+    sc->xq = zcount(&s->scratch_bytes, (size_t)n * K * max_in, sizeof(float));
+    sc->post = zcount(&s->scratch_bytes, (size_t)n * c->hc_mult, sizeof(float));
+    sc->comb = zcount(&s->scratch_bytes, (size_t)n * c->hc_mult * c->hc_mult, sizeof(float));
+    sc->qa = zcount(&s->scratch_bytes, (size_t)n * c->q_lora_rank, sizeof(float));
+    sc->qr = zcount(&s->scratch_bytes, (size_t)n * c->q_lora_rank, sizeof(float));
+    sc->q = zcount(&s->scratch_bytes, (size_t)n * HD, sizeof(float));
+    sc->o = zcount(&s->scratch_bytes, (size_t)n * HD, sizeof(float));
+    sc->kv = zcount(&s->scratch_bytes, (size_t)n * D, sizeof(float));
+    sc->low = zcount(&s->scratch_bytes, (size_t)n * c->o_groups * c->o_lora_rank,
+                     sizeof(float));
+    sc->out = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
+    sc->cproj = zcount(&s->scratch_bytes, (size_t)n * 2 * max_c, sizeof(float));
+    sc->qi = zcount(&s->scratch_bytes, (size_t)n * c->index_n_heads * c->index_head_dim,
+                    sizeof(float));
+    sc->wt = zcount(&s->scratch_bytes, (size_t)n * c->index_n_heads, sizeof(float));
+    sc->iscore = zcount(&s->scratch_bytes, (size_t)2 * max_csa_rows, sizeof(float));
+    sc->sel = zcount(&s->scratch_bytes, (size_t)n * s->max_visible, sizeof(int));
+    sc->nsel = zcount(&s->scratch_bytes, (size_t)n, sizeof(int));
+    sc->vis = zcount(&s->scratch_bytes, (size_t)n * (s->max_visible + s->ring_cap),
+                     sizeof(*sc->vis));
+    sc->nvis = zcount(&s->scratch_bytes, (size_t)n, sizeof(int));
+    sc->attn_tmp = zcount(&s->scratch_bytes, (size_t)nw * (3 * D + 64), sizeof(float));
+    sc->rlogit = zcount(&s->scratch_bytes, (size_t)n * E, sizeof(float));
+    sc->rsel = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(int));
+    sc->rw = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(float));
+    sc->eout = zcount(&s->scratch_bytes, (size_t)n * K * c->dim, sizeof(float));
+    sc->ids = zcount(&s->scratch_bytes, (size_t)E, sizeof(int));
+    sc->slot = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(int));
+    sc->ew = zcount(&s->scratch_bytes, (size_t)E, sizeof(*sc->ew));
+    sc->sout = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
+    sc->gx = zcount(&s->scratch_bytes, (size_t)n * K * c->dim, sizeof(float));
+    sc->g = zcount(&s->scratch_bytes, (size_t)n * K * c->moe_inter_dim, sizeof(float));
+    sc->u = zcount(&s->scratch_bytes, (size_t)n * K * c->moe_inter_dim, sizeof(float));
+    sc->pooltmp = zcount(&s->scratch_bytes, (size_t)2 * max_ratio, sizeof(float));
     *ret = s;
     return 0;
 }
@@ -148,6 +162,12 @@ void dsv4_session_reset(dsv4_session *s)
 int64_t dsv4_session_pos(const dsv4_session *s)
 {
     return s->pos;
+}
+
+void dsv4_session_bytes(const dsv4_session *s, uint64_t *state, uint64_t *scratch)
+{
+    *state = s->state_bytes;
+    *scratch = s->scratch_bytes;
 }
 
 void dsv4_session_snapshot(dsv4_session *s)
@@ -204,6 +224,7 @@ static int forward_chunk(dsv4_session *s, const int32_t *tokens, int n, float *l
         for (int h = 1; h < hc; h++)
             memcpy(x + (size_t)h * d, x, (size_t)d * sizeof(float));
     }
+    moe_prefetch_hashed(s, tokens, n);
     for (int l = 0; l < c->n_layers; l++) {
         const struct layer_w *lw = &e->layers[l];
         mhc_pre(e, sc->x, lw->hc_attn_fn, lw->hc_attn_base, lw->hc_attn_scale, n, sc->y,

@@ -43,7 +43,7 @@ static int read_all(dsv4_engine *e, const struct dsv4_tensor *t, void **ret, str
         free(buf);
         return rc;
     }
-    engine_track(e, buf);
+    engine_track(e, buf, t->nbytes);
     *ret = buf;
     return 0;
 }
@@ -67,7 +67,7 @@ static int load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, 
         return 0;
     }
     float *f = dsv4_xmalloc(t->n_elements * sizeof(float));
-    engine_track(e, f);
+    engine_track(e, f, t->n_elements * sizeof(float));
     for (uint64_t i = 0; i < t->n_elements; i++)
         f[i] = dsv4_bf16_to_f32(((const uint16_t *)raw)[i]);
     *ret = f;
@@ -206,7 +206,7 @@ int weights_load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, 
             (rc = read_all(e, t, &raw, err)) < 0)
             return rc;
         lw->tid2eid = dsv4_xmalloc(t->n_elements * sizeof(int32_t));
-        engine_track(e, lw->tid2eid);
+        engine_track(e, lw->tid2eid, t->n_elements * sizeof(int32_t));
         for (uint64_t i = 0; i < t->n_elements; i++) {
             int64_t v;
             memcpy(&v, (const char *)raw + 8 * i, 8);
@@ -328,6 +328,7 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
         e->experts = dsv4_expert_cache_provider(e->cache);
     }
     e->pool = dsv4_pool_new(o.n_threads > 0 ? o.n_threads : 1);
+    e->max_lease = o.max_lease > 0 ? o.max_lease : 0;
     *ret = e;
     return 0;
 fail:
@@ -354,6 +355,17 @@ dsv4_engine *dsv4_engine_free(dsv4_engine *e)
 const struct dsv4_config *dsv4_engine_config(const dsv4_engine *e)
 {
     return &e->cfg;
+}
+
+uint64_t dsv4_engine_resident_bytes(const dsv4_engine *e)
+{
+    return e->resident_bytes;
+}
+
+void dsv4_engine_lookahead_stats(const dsv4_engine *e, uint64_t *asked, uint64_t *right)
+{
+    *asked = e->lookahead_asked;
+    *right = e->lookahead_right;
 }
 
 int dsv4_engine_expert_stats(const dsv4_engine *e, struct dsv4_expert_cache_stats *ret)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -25,6 +26,7 @@
 #include "speculate.h"
 #include "fetcher_client.h"
 #include "log.h"
+#include "plan.h"
 
 #define MAX_SESSIONS 64
 #define MAX_ALL_ROWS 256        /* rows with full logits per FORWARD */
@@ -34,6 +36,7 @@ struct slot {
     dsv4_session *s;
     dsv4_drafter *d;            /* --dspark: the session's drafter and its tap keeper */
     dsv4_spec *sp;
+    uint64_t state_bytes, scratch_bytes;
 };
 
 static void slot_free(struct slot *sl)
@@ -81,14 +84,23 @@ static void fetched_release(void *ctx, int layer, const int *ids, int n)
     dsv4_fetcher_client_release(f->client, layer, ids, n);
 }
 
+static void fetched_prefetch(void *ctx, int layer, const int *ids, int n)
+{
+    struct fetched *f = ctx;
+    dsv4_fetcher_client_prefetch(f->client, layer, ids, n);
+}
+
 struct compute {
     struct dsv4_daemon d;
     struct fetched fetched;
     dsv4_engine *e;
     void *router;
     struct slot slots[MAX_SESSIONS];
-    int vocab;
+    int vocab, threads;
+    uint64_t session_budget;    /* --session-bytes (the plan's sessions); 0 = unlimited */
+    uint64_t session_bytes;     /* allocated by the open sessions */
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
+    uint64_t forwards;
     int layer_delay_ms;         /* DSV4_TEST_LAYER_DELAY_MS: a slow model (watchdog tests) */
     bool dspark;                /* --dspark: sessions carry a drafter */
     float *logits;
@@ -125,13 +137,44 @@ static void ack(struct compute *c, uint64_t seq, uint64_t session, int64_t pos)
     reply(c);
 }
 
+/* Memory figures of the stats page (the plan's categories, docs/ARCHITECTURE.md). */
+static void publish_memory(struct compute *c)
+{
+    uint64_t state = 0, scratch = c->logits_cap * sizeof(float);
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (c->slots[i].s) {
+            state += c->slots[i].state_bytes;
+            scratch += c->slots[i].scratch_bytes;
+        }
+    c->session_bytes = state + scratch - c->logits_cap * sizeof(float);
+    atomic_store(&c->d.stats->mem_weights_bytes, dsv4_engine_resident_bytes(c->e));
+    atomic_store(&c->d.stats->mem_session_bytes, state);
+    atomic_store(&c->d.stats->mem_scratch_bytes, scratch);
+}
+
+/* How often the router lookahead named the experts the next layer then chose. */
+static void log_lookahead(struct compute *c)
+{
+    uint64_t asked, right;
+    dsv4_engine_lookahead_stats(c->e, &asked, &right);
+    if (asked)
+        dsv4_log_info("compute", "lookahead: %llu of %llu predicted experts chosen (%.1f %%)",
+                      (unsigned long long)right, (unsigned long long)asked,
+                      100.0 * (double)right / (double)asked);
+}
+
+static void close_slot(struct compute *c, struct slot *sl)
+{
+    slot_free(sl);
+    atomic_fetch_sub(&c->d.stats->sessions_open, 1);
+    publish_memory(c);
+}
+
 static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
 {
     struct slot *sl = find(c, m->session);
-    if (sl) {   /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
-        slot_free(sl);
-        atomic_fetch_sub(&c->d.stats->sessions_open, 1);
-    }
+    if (sl)     /* reopening an id replaces it (a scheduler retrying after a lost ACK) */
+        close_slot(c, sl);
     for (int i = 0; !sl && i < MAX_SESSIONS; i++)
         if (!c->slots[i].s)
             sl = &c->slots[i];
@@ -141,6 +184,21 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
     }
     struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
     struct dsv4_err err;
+    if (c->session_budget) {    /* the plan's share for sessions */
+        uint64_t st, sc;
+        dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, 0, 0, c->threads, &st,
+                                &sc);
+        if (c->session_bytes + st + sc > c->session_budget) {
+            char t[200];
+            snprintf(t, sizeof(t),
+                     "session memory budget: %.1f MiB in use, a %lld-position session needs "
+                     "%.1f MiB more, the plan allows %.1f MiB",
+                     c->session_bytes / 1048576.0, (long long)m->max_ctx, (st + sc) / 1048576.0,
+                     c->session_budget / 1048576.0);
+            reply_error(c, m->seq, DSV4_WE_BUSY, t);
+            return;
+        }
+    }
     if (dsv4_session_new(c->e, &o, &sl->s, &err) < 0 ||
         (c->dspark && (dsv4_drafter_new(c->e, &sl->d, &err) < 0 ||
                        dsv4_spec_new(sl->s, sl->d, NULL, NULL, &sl->sp, &err) < 0))) {
@@ -149,7 +207,9 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
         return;
     }
     sl->id = m->session;
+    dsv4_session_bytes(sl->s, &sl->state_bytes, &sl->scratch_bytes);
     atomic_fetch_add(&c->d.stats->sessions_open, 1);
+    publish_memory(c);
     ack(c, m->seq, m->session, 0);
 }
 
@@ -190,6 +250,7 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
         free(c->logits);
         c->logits = dsv4_xmalloc(need * sizeof(float));
         c->logits_cap = need;
+        publish_memory(c);
     }
     if (c->delay_ms)
         usleep((useconds_t)c->delay_ms * 1000);
@@ -205,6 +266,8 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     atomic_fetch_add_explicit(&c->d.stats->forward_calls, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->d.stats->forward_rows, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+    if (++c->forwards % 256 == 0)
+        log_lookahead(c);
     uint32_t nr = all ? n : 1, k = DSV4_MIN(m->top_k, (uint32_t)c->vocab);
     struct dsv4_msg_forward_result res = { m->seq, m->session, dsv4_session_pos(sl->s), nr, k,
                                            (m->flags & DSV4_FWD_LOGITS) ? (uint32_t)c->vocab : 0,
@@ -305,10 +368,8 @@ static void handle(struct compute *c)
     case DSV4_MSG_SESSION_CLOSE: {
         const struct dsv4_msg_session_ref *b = m.body;
         struct slot *sl = find(c, b->session);
-        if (sl) {
-            slot_free(sl);
-            atomic_fetch_sub(&c->d.stats->sessions_open, 1);
-        }
+        if (sl)
+            close_slot(c, sl);
         ack(c, b->seq, b->session, 0);
         break;
     }
@@ -353,7 +414,8 @@ static void handle(struct compute *c)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--dspark]\n");
+    fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--fetcher]\n"
+                    "       [--cache-bytes N] [--session-bytes N] [--max-lease N] [--dspark]\n");
 }
 
 int main(int argc, char **argv)
@@ -363,13 +425,17 @@ int main(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
+        { "cache-bytes", required_argument, NULL, 'c' },
+        { "session-bytes", required_argument, NULL, 's' },
+        { "max-lease", required_argument, NULL, 'l' },
         { "fetcher", no_argument, NULL, 'F' },
         { "dspark", no_argument, NULL, 'D' },
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
-    int threads = 1, o;
+    int threads = 1, o, max_lease = -1;
     double mem_gb = 0;
+    uint64_t cache_bytes = 0, session_budget = 0;
     bool fetcher = false;
     static struct compute c;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -378,6 +444,9 @@ int main(int argc, char **argv)
         case 'r': run_dir = optarg; break;
         case 't': threads = atoi(optarg); break;
         case 'g': mem_gb = atof(optarg); break;
+        case 'c': cache_bytes = strtoull(optarg, NULL, 10); break;
+        case 's': session_budget = strtoull(optarg, NULL, 10); break;
+        case 'l': max_lease = atoi(optarg); break;
         case 'F': fetcher = true; break;
         case 'D': c.dspark = true; break;
         default: usage(); return 64;
@@ -396,10 +465,16 @@ int main(int argc, char **argv)
     c.delay_ms = delay ? atoi(delay) : 0;
     const char *layer_delay = getenv("DSV4_TEST_LAYER_DELAY_MS");
     c.layer_delay_ms = layer_delay ? atoi(layer_delay) : 0;
-    struct dsv4_engine_opts eo = { .n_threads = threads,
-                                   .expert_cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30)),
+    /* In-process cache: the plan's figure (--cache-bytes), else a quarter of --memory-gb. */
+    if (!cache_bytes)
+        cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30));
+    struct dsv4_engine_opts eo = { .n_threads = threads, .expert_cache_bytes = cache_bytes,
+                                   .max_lease = max_lease > 0 ? max_lease : 0,
                                    .on_layer = on_layer, .on_layer_ctx = &c };
-    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release };
+    c.threads = threads;
+    c.session_budget = session_budget;
+    struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release,
+                                         fetched_prefetch };
     if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
         struct dsv4_config cfg;
         if (dsv4_config_load(model, &cfg, &err) < 0) {
@@ -410,7 +485,21 @@ int main(int argc, char **argv)
             dsv4_log_error("compute", "expert cache: %s", err.msg);
             return 69;
         }
+        /* Map every page of the segment once, now, rather than one minor fault per 4 KiB
+         * page (3264 per expert slot) the first time a slot is read on the forward path; the
+         * pages exist (the fetcher registered them) and the plan counts the whole segment. */
+        struct dsv4_expert_shm *shm = dsv4_fetcher_client_shm(c.fetched.client);
+        uint64_t t0 = dsv4_now_ns();
+        if (madvise(shm, shm->hdr.size, MADV_POPULATE_READ) < 0)
+            dsv4_log_warn("compute", "expert segment: MADV_POPULATE_READ: %s", strerror(errno));
+        else
+            dsv4_log_info("compute", "expert segment mapped (%.1f MiB) in %.2f s",
+                          shm->hdr.size / 1048576.0, (dsv4_now_ns() - t0) / 1e9);
         c.fetched.n_experts = cfg.n_routed_experts;
+        /* Never ask for more than the unpinned slots (a quarter may be pinned). */
+        uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
+        if (max_lease < 0 && slots - slots / 4 < (uint32_t)cfg.n_routed_experts)
+            eo.max_lease = (int)DSV4_MAX(slots - slots / 4, 1u);
         c.fetched.d = &c.d;
         c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
                                        sizeof(*c.fetched.store));
@@ -434,6 +523,7 @@ int main(int argc, char **argv)
         dsv4_drafter_free(probe);
         dsv4_log_info("compute", "DSpark drafter loaded");
     }
+    publish_memory(&c);
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
@@ -467,6 +557,7 @@ int main(int argc, char **argv)
             }
         }
     }
+    log_lookahead(&c);
     dsv4_log_info("compute", "stopping");
     for (int i = 0; i < MAX_SESSIONS; i++)
         slot_free(&c.slots[i]);

@@ -908,10 +908,6 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
     pthread_mutex_init(&f->mail_lock, NULL);
     if (!f->opts.n_slots)
         f->opts.n_slots = 16;
-    if (!f->opts.pin_slots_set)
-        f->opts.pin_slots = f->opts.n_slots / 4;
-    if (f->opts.pin_slots >= f->opts.n_slots)
-        f->opts.pin_slots = f->opts.n_slots - 1;
     if (!f->opts.queue_depth)
         f->opts.queue_depth = 16;
     f->chunk = f->opts.chunk_bytes ? f->opts.chunk_bytes : 1u << 20;
@@ -944,6 +940,34 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
                 goto fail;
             slot_size = DSV4_MAX(slot_size, sz);
         }
+    if (f->opts.cache_bytes) {  /* the largest segment within the budget */
+        struct dsv4_expert_shm tmpl;
+        struct dsv4_eshm_geometry g = {
+            .n_layers = (uint32_t)f->cfg.n_layers,
+            .n_experts = (uint32_t)f->cfg.n_routed_experts,
+            .dim = (uint32_t)f->cfg.dim,
+            .inter = (uint32_t)f->cfg.moe_inter_dim,
+            .slot_size = DSV4_ALIGN_UP(slot_size, DSV4_EXPERT_DIO_ALIGN),
+        };
+        g.n_slots = (uint32_t)DSV4_MIN(f->opts.cache_bytes / g.slot_size, (uint64_t)f->n_keys);
+        while (g.n_slots > 0 && (memset(&tmpl, 0, sizeof(tmpl)),
+                                 dsv4_eshm_layout(&tmpl, &g) > f->opts.cache_bytes))
+            g.n_slots--;
+        if (g.n_slots < 2) {
+            rc = dsv4_errf(err, -ENOSPC,
+                           "cache budget %llu bytes holds fewer than 2 expert slots of %llu bytes",
+                           (unsigned long long)f->opts.cache_bytes,
+                           (unsigned long long)g.slot_size);
+            goto fail;
+        }
+        f->opts.n_slots = g.n_slots;
+        dsv4_log_info(TOPIC, "cache budget %.1f MiB: %u slots of %.2f MiB",
+                      f->opts.cache_bytes / 1048576.0, g.n_slots, g.slot_size / 1048576.0);
+    }
+    if (!f->opts.pin_slots_set)
+        f->opts.pin_slots = f->opts.n_slots / 4;
+    if (f->opts.pin_slots >= f->opts.n_slots)
+        f->opts.pin_slots = f->opts.n_slots - 1;
     if ((rc = load_tid2eid(f, err)) < 0)
         goto fail;
     f->n_shards = dsv4_checkpoint_n_shards(f->ckpt);

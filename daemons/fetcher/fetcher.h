@@ -22,6 +22,7 @@ struct dsv4_fetcher_opts {
     const char *model_dir;      /* checkpoint directory (config.json + safetensors) */
     const char *run_dir;        /* daemon set's run directory (segment name, hot set file) */
     uint32_t n_slots;           /* cache budget in experts; 0 → 16 */
+    uint64_t cache_bytes;       /* else: as many slots as fit this segment size (the plan) */
     uint32_t pin_slots;         /* at most this many pinned slots; default n_slots / 4 */
     bool pin_slots_set;
     uint32_t queue_depth;       /* reads in flight; 0 → 16 */

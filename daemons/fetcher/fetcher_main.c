@@ -6,7 +6,7 @@
  * and on SIGTERM/SIGINT or a shutdown message finishes its reads, saves the hot
  * set and removes the segment.
  *
- *   dsv4-fetcher --model DIR [--run-dir DIR] [--slots N] [--pin-slots N]
+ *   dsv4-fetcher --model DIR [--run-dir DIR] [--slots N | --cache-bytes N] [--pin-slots N]
  *                [--queue-depth N] [--chunk-kib N] [--io auto|buffered|pread] [--no-numa]
  */
 #include <errno.h>
@@ -57,7 +57,8 @@ static int resolve_run_dir(char *buf, size_t n)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: dsv4-fetcher --model DIR [--run-dir DIR] [--slots N] [--pin-slots N]\n"
+    fprintf(stderr, "usage: dsv4-fetcher --model DIR [--run-dir DIR] [--slots N | --cache-bytes N]\n"
+                    "       [--pin-slots N]\n"
                     "       [--queue-depth N] [--chunk-kib N] [--io auto|buffered|pread] "
                     "[--no-numa]\n");
 }
@@ -83,6 +84,8 @@ int main(int argc, char **argv)
             snprintf(run_dir, sizeof(run_dir), "%s", v);
         else if (!strcmp(a, "--slots"))
             o.n_slots = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--cache-bytes"))
+            o.cache_bytes = strtoull(v, NULL, 10);
         else if (!strcmp(a, "--pin-slots"))
             o.pin_slots = (uint32_t)strtoul(v, NULL, 10), o.pin_slots_set = true;
         else if (!strcmp(a, "--queue-depth"))

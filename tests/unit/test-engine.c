@@ -22,6 +22,7 @@
 
 #include "engine.h"
 #include "kernels.h"
+#include "plan.h"
 #include "util.h"
 
 static const char *model_dir;
@@ -216,7 +217,7 @@ static void test_rollback_limits(void **state)
 struct counting {
     struct dsv4_expert_provider inner;
     int acquires, releases, outstanding, n_layers;
-    int last_layer;
+    int last_layer, max_n, prefetches;
 };
 
 static int cnt_acquire(void *ctx, int layer, const int *ids, int n,
@@ -228,6 +229,7 @@ static int cnt_acquire(void *ctx, int layer, const int *ids, int n,
             fail_msg("expert ids not strictly ascending");
     c->acquires++;
     c->outstanding += n;
+    c->max_n = DSV4_MAX(c->max_n, n);
     c->last_layer = layer;
     return c->inner.acquire(c->inner.ctx, layer, ids, n, ret, err);
 }
@@ -238,6 +240,17 @@ static void cnt_release(void *ctx, int layer, const int *ids, int n)
     c->releases++;
     c->outstanding -= n;
     c->inner.release(c->inner.ctx, layer, ids, n);
+}
+
+static void cnt_prefetch(void *ctx, int layer, const int *ids, int n)
+{
+    struct counting *c = ctx;
+    if (layer < 0 || layer >= c->n_layers || n < 1)
+        fail_msg("prefetch hint for layer %d, %d ids", layer, n);
+    for (int i = 1; i < n; i++)
+        if (ids[i] <= ids[i - 1])
+            fail_msg("prefetch ids not strictly ascending");
+    c->prefetches++;
 }
 
 static void test_expert_provider(void **state)
@@ -272,7 +285,7 @@ static void test_expert_provider(void **state)
     assert_int_equal(dsv4_expert_cache_new(ck, dsv4_engine_config(base), 1 << 20, &cache, &err),
                      0);
     c.inner = dsv4_expert_cache_provider(cache);
-    struct dsv4_expert_provider p = { &c, cnt_acquire, cnt_release };
+    struct dsv4_expert_provider p = { &c, cnt_acquire, cnt_release, NULL };
     dsv4_engine *ext = open_engine(1, 0, &p);
     assert_int_equal(dsv4_engine_expert_stats(ext, &st), -ENOENT);
     lg = all_logits(ext, 100, 64);
@@ -287,6 +300,96 @@ static void test_expert_provider(void **state)
     dsv4_engine_free(tight);
     dsv4_engine_free(base);
     free(ref);
+}
+
+/*
+ * The memory plan's arithmetic agrees with what the engine allocates: session state and
+ * scratch exactly, resident weights within the plan's figure; and a lease limit (a small
+ * expert cache) changes neither the logits nor the release contract.
+ */
+static void test_memory_plan(void **state)
+{
+    (void)state;
+    struct dsv4_err err = { "" };
+    static const struct { int64_t ctx; int chunk, rollback, threads; } cases[] = {
+        { 512, 64, 16, 1 }, { 100, 8, 4, 2 }, { 4096, 1, 1, 1 }, { 3, 300, 32, 2 },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(cases); i++) {
+        dsv4_engine *e = open_engine(cases[i].threads, 0, NULL);
+        struct dsv4_session_opts o = { cases[i].ctx, cases[i].chunk, cases[i].rollback };
+        dsv4_session *s = NULL;
+        assert_int_equal(dsv4_session_new(e, &o, &s, &err), 0);
+        uint64_t st, sc, pst, psc;
+        dsv4_session_bytes(s, &st, &sc);
+        dsv4_plan_session_bytes(dsv4_engine_config(e), cases[i].ctx, cases[i].chunk,
+                                cases[i].rollback, cases[i].threads, &pst, &psc);
+        assert_int_equal(st, pst);
+        assert_int_equal(sc, psc);
+        assert_true(st > 0 && sc > 0);
+        dsv4_session_free(s);
+        dsv4_engine_free(e);
+    }
+    dsv4_engine *e = open_engine(1, 0, NULL);
+    struct dsv4_plan p;
+    struct dsv4_plan_opts po = { .budget_bytes = 1ull << 30 };
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), 0);
+    uint64_t res = dsv4_engine_resident_bytes(e), planned = p.dense + p.embed_head;
+    if (res > planned + 4096 || res < planned - planned / 20)
+        fail_msg("resident weights %llu bytes, plan %llu", (unsigned long long)res,
+                 (unsigned long long)planned);
+    /* the cache never outgrows the free space of /dev/shm */
+    uint64_t want = p.n_slots;
+    po.shm_avail = p.cache_header + p.min_slots * p.slot_bytes;
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), 0);
+    assert_true(p.shm_limited && p.n_slots == p.min_slots && p.n_slots < want);
+    po.shm_avail -= p.slot_bytes;
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), -ENOSPC);
+    assert_non_null(strstr(err.msg, "/dev/shm"));
+    po.shm_avail = 0;
+    /* a budget below the minimum is refused, naming the minimum */
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), 0);
+    po.budget_bytes = p.minimum - 1;
+    assert_int_equal(dsv4_plan_make(dsv4_engine_config(e), &po, &p, &err), -ENOSPC);
+    assert_non_null(strstr(err.msg, "below the minimum"));
+
+    float *ref = all_logits(e, 100, 64);
+    dsv4_checkpoint *ck;
+    dsv4_expert_cache *cache;
+    assert_int_equal(dsv4_checkpoint_open(model_dir, &ck, &err), 0);
+    assert_int_equal(dsv4_expert_cache_new(ck, dsv4_engine_config(e), 1 << 20, &cache, &err), 0);
+    struct counting c = { .inner = dsv4_expert_cache_provider(cache) };
+    c.n_layers = dsv4_engine_config(e)->n_layers;
+    struct dsv4_expert_provider prov = { &c, cnt_acquire, cnt_release, cnt_prefetch };
+    struct dsv4_engine_opts eo = { .n_threads = 1, .experts = &prov, .max_lease = 2 };
+    dsv4_engine *lim = NULL;
+    assert_int_equal(dsv4_engine_open(model_dir, &eo, &lim, &err), 0);
+    float *lg = all_logits(lim, 100, 64);
+    assert_memory_equal(lg, ref, (size_t)100 * vocab * sizeof(float));
+    assert_int_equal(c.max_n, 2);
+    uint64_t asked, right;
+    dsv4_engine_lookahead_stats(lim, &asked, &right);
+    assert_int_equal(asked, 0);     /* 64-row chunks: no lookahead */
+    /* decode: hash-layer hints and router lookahead, same logits */
+    dsv4_session *d = new_session(lim, 1, 16);
+    for (int i = 0; i < 24; i++) {
+        forward(d, tokens + i, 1, DSV4_LOGITS_LAST, lg);
+        assert_memory_equal(lg, ref + (size_t)i * vocab, (size_t)vocab * sizeof(float));
+    }
+    dsv4_session_free(d);
+    dsv4_engine_lookahead_stats(lim, &asked, &right);
+    const struct dsv4_config *cf = dsv4_engine_config(lim);
+    int routed_after = cf->n_layers - DSV4_MAX(cf->n_hash_layers, 1);
+    assert_int_equal(asked, (uint64_t)24 * routed_after * cf->n_activated_experts);
+    assert_true(right <= asked);
+    assert_int_equal(c.prefetches, 24 * (cf->n_hash_layers + routed_after));
+    assert_int_equal(c.releases, c.acquires);
+    assert_int_equal(c.outstanding, 0);
+    free(lg);
+    free(ref);
+    dsv4_engine_free(lim);
+    dsv4_expert_cache_free(cache);
+    dsv4_checkpoint_free(ck);
+    dsv4_engine_free(e);
 }
 
 /* DSpark capture: same bits in chunked prefill and decode, no effect on the logits. */
@@ -427,6 +530,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_rollback),
         cmocka_unit_test(test_rollback_limits),
         cmocka_unit_test(test_expert_provider),
+        cmocka_unit_test(test_memory_plan),
         cmocka_unit_test(test_capture),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_reopen),

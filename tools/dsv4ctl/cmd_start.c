@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `dsv4ctl start --model DIR [--memory-gb N] [--threads N] [--run-dir DIR]
- * [--metrics-addr HOST:PORT | --no-metrics] [--watchdog-s N] [--stall-s N]
- * [--foreground]`: runs the
- * supervisor (supervisor.c). By default it forks the supervisor into its own
- * session (log: RUN_DIR/supervisor.log) and returns 0 only once every daemon
- * is ready, else prints the reason and exits 69. --foreground supervises in
- * this process until SIGTERM, every daemon's log lines also on stderr.
+ * `dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N]
+ * [--threads N] [--run-dir DIR] [--metrics-addr HOST:PORT | --no-metrics]
+ * [--watchdog-s N] [--stall-s N] [--foreground]`: makes the memory plan
+ * (common/plan.h; refused with the minimum when the budget cannot run the
+ * model, exit 69) and runs the supervisor (supervisor.c), which hands the
+ * plan's cache and session budgets to the daemons. By default it forks the
+ * supervisor into its own session (log: RUN_DIR/supervisor.log) and returns
+ * 0 only once every daemon is ready, else prints the reason and exits 69.
+ * --foreground supervises in this process until SIGTERM, every daemon's log
+ * lines also on stderr.
  * The supervisor serves Prometheus /metrics (metrics.c) on --metrics-addr
  * (default 127.0.0.1:9464; port 0 picks one; the address bound is in
  * RUN_DIR/metrics-addr).
@@ -23,6 +26,8 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "err.h"
+#include "plan.h"
 #include "metrics.h"
 #include "rundir.h"
 #include "supervisor.h"
@@ -34,6 +39,8 @@ int dsv4ctl_start(int argc, char **argv)
         { "run-dir", required_argument, NULL, 'r' },
         { "threads", required_argument, NULL, 't' },
         { "memory-gb", required_argument, NULL, 'g' },
+        { "max-ctx", required_argument, NULL, 'c' },
+        { "sessions", required_argument, NULL, 's' },
         { "foreground", no_argument, NULL, 'f' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "no-metrics", no_argument, NULL, 'N' },
@@ -44,8 +51,10 @@ int dsv4ctl_start(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = 1, .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
+    struct supervisor_opts o = { .threads = dsv4ctl_default_threads(),
+                                 .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
                                  .watchdog_s = 30, .stall_s = 600 };
+    long long max_ctx = 0;
     bool fg = false;
     int c;
     optind = 1;
@@ -55,6 +64,8 @@ int dsv4ctl_start(int argc, char **argv)
         case 'r': o.run_dir = optarg; break;
         case 't': o.threads = atoi(optarg); break;
         case 'g': o.memory_gb = atof(optarg); break;
+        case 'c': max_ctx = atoll(optarg); break;
+        case 's': o.sessions = atoi(optarg); break;
         case 'f': fg = true; break;
         case 'D': o.dspark = true; break;
         case 'E': o.dspark = false; break;
@@ -66,16 +77,19 @@ int dsv4ctl_start(int argc, char **argv)
         case 'w': o.watchdog_s = atof(optarg); break;
         case 'S': o.stall_s = atof(optarg); break;
         case 'h':
-            printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--threads N] "
-                   "[--run-dir DIR]\n"
+            printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
+                   "[--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
-                   "       [--dspark|--no-dspark]\n");
+                   "       [--dspark|--no-dspark]\n"
+                   "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
+                   "               see `dsv4ctl plan`\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0 || !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
+    if (!o.model || o.threads < 1 || o.memory_gb < 0 || max_ctx < 0 || o.sessions < 0 ||
+        !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
         fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
                         "--watchdog-s and --stall-s >= 0)\n");
         return DSV4_EXIT_USAGE;
@@ -84,11 +98,22 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
         return DSV4_EXIT_NOINPUT;
     }
+    struct dsv4_plan plan;
+    struct dsv4_err err;
+    int prc = dsv4ctl_make_plan(o.model, o.memory_gb, max_ctx, o.sessions, o.threads, &plan,
+                                &err);
+    if (prc != DSV4_EXIT_OK) {
+        fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
+        return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
+    }
+    o.budget_bytes = plan.budget;
+    o.cache_bytes = plan.cache_bytes;
+    o.session_bytes = plan.sessions_total;
+    o.sessions = plan.o.sessions;
     o.foreground = fg;
     if (fg)
         return dsv4_supervise(&o, -1);
     char dir[DSV4_PATH_MAX];
-    struct dsv4_err err;
     dsv4_rundir_resolve(o.run_dir, dir);
     if (dsv4_rundir_create(dir, &err) < 0) {
         fprintf(stderr, "dsv4ctl start: %s\n", err.msg);

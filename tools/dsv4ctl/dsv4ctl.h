@@ -7,6 +7,8 @@
  */
 #pragma once
 
+#include <stdint.h>
+
 enum {
     DSV4_EXIT_OK = 0,
     DSV4_EXIT_FAIL = 1,       /* the check ran and found problems */
@@ -36,3 +38,13 @@ int dsv4ctl_stop(int argc, char **argv);
 int dsv4ctl_status(int argc, char **argv);
 int dsv4ctl_gen(int argc, char **argv);
 int dsv4ctl_score_any(int argc, char **argv);
+int dsv4ctl_plan(int argc, char **argv);
+
+struct dsv4_plan;
+struct dsv4_err;
+/* Load DIR's config and plan for the budget (cmd_plan.c); DSV4_EXIT_OK, DSV4_EXIT_FAIL when
+ * the budget is below the minimum (err says by how much), or 65/66 for the config. */
+int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
+                      int threads, struct dsv4_plan *ret, struct dsv4_err *err);
+/* Online CPUs: the default compute thread count (dense work on every core). */
+int dsv4ctl_default_threads(void);

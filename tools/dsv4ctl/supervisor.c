@@ -101,10 +101,13 @@ static void say(int *fd, const char *fmt, ...)
 
 static int spawn(struct sv *s, struct child *c)
 {
-    char log[DSV4_PATH_MAX + 32], threads[16], mem[32];
+    char log[DSV4_PATH_MAX + 32], threads[16], mem[32], cache[24], sess[24], active[16];
     snprintf(log, sizeof(log), "%s/%s.log", s->dir, dsv4_role_name(c->role));
     snprintf(threads, sizeof(threads), "%d", s->o->threads);
     snprintf(mem, sizeof(mem), "%g", s->o->memory_gb);
+    snprintf(cache, sizeof(cache), "%llu", (unsigned long long)s->o->cache_bytes);
+    snprintf(sess, sizeof(sess), "%llu", (unsigned long long)s->o->session_bytes);
+    snprintf(active, sizeof(active), "%d", s->o->sessions);
     atomic_store(&c->stats->state, DSV4_STATE_STARTING);
     pid_t pid = fork();
     if (pid < 0)
@@ -126,17 +129,34 @@ static int spawn(struct sv *s, struct child *c)
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
         setenv("DSV4_SUPERVISED", "1", 1);
-        char *argv[12] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
+        char *argv[16] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
+        char **a = argv + 5;
+        bool fetcher = s->ch[DSV4_ROLE_FETCHER].present;
+        if (c->role == DSV4_ROLE_FETCHER && s->o->cache_bytes) {   /* the plan's cache */
+            *a++ = "--cache-bytes";
+            *a++ = cache;
+        }
+        if (c->role == DSV4_ROLE_SCHEDULER && s->o->sessions > 0) {    /* the plan's sessions */
+            *a++ = "--max-active";
+            *a++ = active;
+        }
         if (c->role == DSV4_ROLE_COMPUTE) {
-            char **a = argv + 5;
             *a++ = "--threads";
             *a++ = threads;
             *a++ = "--memory-gb";
             *a++ = mem;
-            if (s->ch[DSV4_ROLE_FETCHER].present)
+            if (fetcher)
                 *a++ = "--fetcher";
             if (s->o->dspark)
                 *a++ = "--dspark";
+            if (s->o->session_bytes) {
+                *a++ = "--session-bytes";
+                *a++ = sess;
+            }
+            if (!fetcher && s->o->cache_bytes) {
+                *a++ = "--cache-bytes";
+                *a++ = cache;
+            }
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
             argv[5] = "--dspark";
@@ -497,6 +517,8 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
         }
         atomic_store(&c->stats->state, DSV4_STATE_DOWN);
         atomic_store(&c->stats->pid, 0);
+        if (r == DSV4_ROLE_COMPUTE)
+            atomic_store(&c->stats->mem_budget_bytes, o->budget_bytes);
         if (!c->present && r != DSV4_ROLE_FETCHER) {
             say(&ready_fd, "error: %s not found next to dsv4ctl", exes[r]);
             rc = 66;

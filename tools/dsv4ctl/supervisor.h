@@ -18,6 +18,11 @@ struct supervisor_opts {
     const char *model;
     int threads;
     double memory_gb;
+    /* The memory plan (common/plan.h) made by `start`; 0 = not planned. */
+    uint64_t budget_bytes;      /* written to compute's stats page */
+    uint64_t cache_bytes;       /* fetcher --cache-bytes (compute's in-process cache without one) */
+    uint64_t session_bytes;     /* compute --session-bytes */
+    int sessions;               /* scheduler --max-active (0: its default) */
     const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */
     bool metrics_explicit;      /* asked for: failing to listen there is an error */
     bool foreground;            /* daemons' log lines also go to our stderr */

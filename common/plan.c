@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/* The memory plan (plan.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "inventory.h"
+#include "plan.h"
+#include "util.h"
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MIB (1024ull * 1024ull)
+/* Measured RSS of an idle daemon on the tiny fixture (code, libc, libzmq, hwloc, allocator
+ * arenas) is 4–9 MiB; 24 MiB each leaves room for thread stacks and allocator slack. */
+#define PROC_OVERHEAD (24 * MIB)
+#define N_PROCS 4               /* supervisor, fetcher, compute, scheduler */
+/* Checkpoint index (strmap + tensor table) per open checkpoint (compute and fetcher). */
+#define INDEX_BYTES_PER_TENSOR 320
+/* Tokenizer (scheduler, dsv4ctl): vocabulary, merges and lookup tables per token. */
+#define TOKENIZER_BYTES_PER_TOKEN 512
+#define MAX_ALL_ROWS 256        /* daemons/computed: rows with full logits per FORWARD */
+#define DIO_ALIGN 4096          /* proto/dsv4_expert_shm.h DSV4_EXPERT_DIO_ALIGN */
+#define EXPERT_TENSORS 6
+
+/* Mirrors session.c's zalloc: a zero count still allocates one element. */
+static uint64_t zb(uint64_t count, uint64_t size)
+{
+    return (count ? count : 1) * size;
+}
+
+void dsv4_plan_session_bytes(const struct dsv4_config *c, int64_t max_ctx, int chunk,
+                             int max_rollback, int n_workers, uint64_t *state,
+                             uint64_t *scratch)
+{
+    uint64_t st = 0, sc = 0, f = sizeof(float), i4 = sizeof(int), ptr = sizeof(void *);
+    max_ctx = max_ctx > 0 ? max_ctx : 4096;     /* dsv4_session_new's defaults */
+    chunk = chunk > 0 ? chunk : 64;
+    max_rollback = max_rollback > 0 ? max_rollback : 16;
+    int slack = DSV4_MAX(chunk, max_rollback), ring_cap = c->window + slack, n = chunk;
+    int D = c->head_dim, max_ratio = 1, max_c = 1, max_csa_rows = 1, max_visible = 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        st += zb((uint64_t)ring_cap * D, f);
+        enum dsv4_attn_kind k = c->layer_kind[l];
+        if (k == DSV4_ATTN_WINDOW)
+            continue;
+        int r = c->compress_ratios[l], coff = r == 4 ? 2 : 1;
+        int max_rows = (int)(max_ctx / r), cin_cap = coff * r + slack;
+        st += zb((uint64_t)cin_cap * 2 * coff * D, f);
+        st += zb((uint64_t)max_rows * D, f);
+        max_ratio = DSV4_MAX(max_ratio, coff * r);
+        max_c = DSV4_MAX(max_c, coff * D);
+        if (k == DSV4_ATTN_CSA) {
+            st += zb((uint64_t)cin_cap * 2 * coff * c->index_head_dim, f);
+            st += zb((uint64_t)max_rows * c->index_head_dim, f);
+            max_c = DSV4_MAX(max_c, coff * c->index_head_dim);
+            max_csa_rows = DSV4_MAX(max_csa_rows, max_rows);
+            max_visible = DSV4_MAX(max_visible, DSV4_MIN(c->index_topk, max_rows));
+        } else {
+            max_visible = DSV4_MAX(max_visible, max_rows);
+        }
+    }
+    uint64_t HD = (uint64_t)c->n_heads * D, K = (uint64_t)c->n_activated_experts;
+    uint64_t E = (uint64_t)c->n_routed_experts, N = (uint64_t)n, dim = (uint64_t)c->dim;
+    int max_in = DSV4_MAX(DSV4_MAX(c->dim, c->q_lora_rank), DSV4_MAX(c->wo_a_in, c->moe_inter_dim));
+    max_in = DSV4_MAX(max_in, c->o_groups * c->o_lora_rank);
+    sc += zb(N * (uint64_t)c->hc_dim, f) + 2 * zb(N * dim, f);      /* x, y, a */
+    sc += zb(N * K * (uint64_t)max_in, f);                          /* xq */
+    sc += zb(N * (uint64_t)c->hc_mult, f) + zb(N * (uint64_t)c->hc_mult * c->hc_mult, f);
+    sc += 2 * zb(N * (uint64_t)c->q_lora_rank, f) + 2 * zb(N * HD, f) + zb(N * (uint64_t)D, f);
+    sc += zb(N * (uint64_t)c->o_groups * c->o_lora_rank, f) + zb(N * dim, f);  /* low, out */
+    sc += zb(N * 2 * (uint64_t)max_c, f);                           /* cproj */
+    sc += zb(N * (uint64_t)c->index_n_heads * c->index_head_dim, f) +
+          zb(N * (uint64_t)c->index_n_heads, f);                    /* qi, wt */
+    sc += zb(2 * (uint64_t)max_csa_rows, f);                        /* iscore */
+    sc += zb(N * (uint64_t)max_visible, i4) + zb(N, i4);            /* sel, nsel */
+    sc += zb(N * (uint64_t)(max_visible + ring_cap), ptr) + zb(N, i4);  /* vis, nvis */
+    sc += zb((uint64_t)n_workers * (3 * (uint64_t)D + 64), f);     /* attn_tmp */
+    sc += zb(N * E, f) + zb(N * K, i4) + zb(N * K, f);              /* rlogit, rsel, rw */
+    sc += zb(N * K * dim, f) + zb(E, i4) + zb(N * K, i4) + zb(E, ptr);  /* eout ids slot ew */
+    sc += zb(N * dim, f) + zb(N * K * dim, f);                      /* sout, gx */
+    sc += 2 * zb(N * K * (uint64_t)c->moe_inter_dim, f);            /* g, u */
+    sc += zb(2 * (uint64_t)max_ratio, f);                           /* pooltmp */
+    *state = st;
+    *scratch = sc;
+}
+
+/* What weights.c keeps of one dense tensor: the bytes read, plus an fp32 copy of BF16
+ * vectors (norms) and an int32 copy of the I64 hash tables. */
+static uint64_t resident_bytes(const struct dsv4_inv_entry *t)
+{
+    uint64_t b = t->nbytes;
+    if (t->dtype == DSV4_DTYPE_BF16 && t->rank == 1)
+        b += 2 * t->nbytes;
+    if (t->dtype == DSV4_DTYPE_I64)
+        b += t->nbytes / 2;
+    return b;
+}
+
+uint64_t dsv4_plan_default_budget(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024 / 5 * 4;
+}
+
+int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opts,
+                   struct dsv4_plan *p, struct dsv4_err *err)
+{
+    memset(p, 0, sizeof(*p));
+    struct dsv4_plan_opts o = *opts;
+    if (!o.budget_bytes)
+        o.budget_bytes = dsv4_plan_default_budget();
+    if (!o.max_ctx)
+        o.max_ctx = 4096;
+    if (!o.sessions)
+        o.sessions = 4;
+    if (!o.chunk)
+        o.chunk = 64;
+    if (!o.max_rollback)
+        o.max_rollback = 16;
+    if (o.threads < 1)
+        o.threads = 1;
+    p->o = o;
+    p->budget = o.budget_bytes;
+
+    struct dsv4_inventory inv;
+    dsv4_inventory_build(c, &inv);
+    for (size_t i = 0; i < inv.n; i++) {
+        const struct dsv4_inv_entry *t = &inv.entries[i];
+        if (t->role == DSV4_INV_EXPERT || t->role == DSV4_INV_EXPERT_SCALE)
+            continue;
+        uint64_t b = resident_bytes(t);
+        if (t->block < 0)
+            p->embed_head += b;
+        else if (t->block < c->n_layers)
+            p->dense += b;
+        else
+            p->drafter += b;
+    }
+    /* A slot holds the expert's tensors read as O_DIRECT-aligned spans (≤ 2 pages more each). */
+    p->slot_bytes = DSV4_ALIGN_UP(inv.expert_bytes + 2ull * DIO_ALIGN * EXPERT_TENSORS, DIO_ALIGN);
+    uint64_t n_tensors = inv.n;
+    dsv4_inventory_free(&inv);
+
+    dsv4_plan_session_bytes(c, o.max_ctx, o.chunk, o.max_rollback, o.threads, &p->session_state,
+                            &p->session_scratch);
+    p->sessions_total = (uint64_t)o.sessions * (p->session_state + p->session_scratch);
+    uint64_t V = (uint64_t)c->vocab_size;
+    p->compute_scratch = MAX_ALL_ROWS * V * sizeof(float)          /* logits of scored rows */
+                         + 2 * V * (sizeof(float) + 16)            /* reply buffer, top-k */
+                         + (uint64_t)c->n_blocks * c->n_routed_experts * 64;  /* lease table */
+    p->overhead = N_PROCS * PROC_OVERHEAD + 2 * n_tensors * INDEX_BYTES_PER_TENSOR +
+                  2 * V * TOKENIZER_BYTES_PER_TOKEN;
+    p->fixed = p->dense + p->embed_head + p->drafter + p->sessions_total + p->compute_scratch +
+               p->overhead;
+    p->experts_total = (uint64_t)c->n_layers * c->n_routed_experts;
+    /* Segment header: directory and usage words per expert, slot table, rings; the payload
+     * starts 2 MiB aligned (proto/dsv4_expert_shm.h). */
+    p->cache_header = DSV4_ALIGN_UP(MIB + p->experts_total * (8 + 128), 2 * MIB);
+    /* One decode row's experts, plus one layer of prefetch. */
+    p->min_slots = 2 * (uint64_t)c->n_activated_experts;
+    p->minimum = p->fixed + p->cache_header + p->min_slots * p->slot_bytes;
+    if (p->budget >= p->minimum) {
+        p->n_slots = DSV4_MIN((p->budget - p->fixed - p->cache_header) / p->slot_bytes,
+                              p->experts_total);
+        /* The fetcher's segment lives in /dev/shm (tmpfs, often half of RAM): a segment
+         * larger than its free space would fault (SIGBUS) when first touched. */
+        uint64_t shm = o.shm_avail;
+        if (shm && !o.in_process && p->cache_header + p->n_slots * p->slot_bytes > shm) {
+            p->n_slots = shm > p->cache_header ? (shm - p->cache_header) / p->slot_bytes : 0;
+            p->shm_limited = true;
+        }
+        p->cache_bytes = p->cache_header + p->n_slots * p->slot_bytes;
+    }
+    /* The fetcher may hold a quarter of its slots pinned; the rest must fit one acquire. */
+    uint64_t lease = p->n_slots - p->n_slots / 4;
+    p->max_lease = lease >= (uint64_t)c->n_routed_experts ? 0 : (int)DSV4_MAX(lease, 1);
+    if (p->budget < p->minimum)
+        p->max_lease = 0;
+    if (p->budget >= p->minimum && p->n_slots < p->min_slots) {
+        p->max_lease = 0;
+        return dsv4_errf(err, -ENOSPC,
+                         "/dev/shm has %.2f GiB free, too little for %llu expert slots of %.1f MiB "
+                         "(enlarge it: mount -o remount,size=... /dev/shm)",
+                         o.shm_avail / GIB, (unsigned long long)p->min_slots,
+                         p->slot_bytes / (double)MIB);
+    }
+    if (p->budget < p->minimum)
+        return dsv4_errf(err, -ENOSPC,
+                         "memory budget %.2f GiB is below the minimum %.2f GiB for this model "
+                         "(%.2f GiB resident weights, %.2f GiB for %d sessions of %lld positions, "
+                         "%.2f GiB scratch and processes, %llu expert slots of %.1f MiB)",
+                         p->budget / GIB, p->minimum / GIB,
+                         (p->dense + p->embed_head + p->drafter) / GIB, p->sessions_total / GIB,
+                         o.sessions, (long long)o.max_ctx,
+                         (p->compute_scratch + p->overhead) / GIB,
+                         (unsigned long long)p->min_slots, p->slot_bytes / (double)MIB);
+    return 0;
+}
+
+static void row(FILE *f, const char *what, uint64_t b, const char *note)
+{
+    if (b >= (uint64_t)GIB)
+        fprintf(f, "  %-18s %9.2f GiB  %s\n", what, b / GIB, note);
+    else
+        fprintf(f, "  %-18s %9.1f MiB  %s\n", what, b / (double)MIB, note);
+}
+
+void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
+{
+    char note[160];
+    fprintf(f, "memory plan: budget %.3f GiB (minimum %.3f GiB), %d sessions of %lld positions\n",
+            p->budget / GIB, p->minimum / GIB, p->o.sessions, (long long)p->o.max_ctx);
+    row(f, "dense weights", p->dense, "target layers: FP8 attention, shared experts, norms");
+    row(f, "embedding + head", p->embed_head, "BF16");
+    row(f, "drafter", p->drafter, p->drafter ? "MTP/DSpark stages" : "none in this model");
+    snprintf(note, sizeof(note), "%d × (%.1f MiB state at %lld positions + %.1f MiB scratch)",
+             p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
+             p->session_scratch / (double)MIB);
+    row(f, "sessions", p->sessions_total, note);
+    row(f, "compute scratch", p->compute_scratch, "logits rows, replies, lease table");
+    row(f, "processes", p->overhead, "4 processes, checkpoint index, tokenizer");
+    snprintf(note, sizeof(note), "%llu of %llu experts (%.1f %%), %.2f MiB per slot, one pool",
+             (unsigned long long)p->n_slots, (unsigned long long)p->experts_total,
+             100.0 * (double)p->n_slots / (double)p->experts_total,
+             p->slot_bytes / (double)MIB);
+    row(f, "expert cache", p->cache_bytes, note);
+    if (p->shm_limited)
+        fprintf(f, "  the cache is cut to the %.2f GiB free in /dev/shm (less than the budget "
+                   "allows)\n", p->o.shm_avail / GIB);
+    if (p->max_lease)
+        fprintf(f, "  a prefill chunk leases at most %d experts at a time\n", p->max_lease);
+    if (p->budget < p->minimum)
+        fprintf(f, "  budget too small: at least %.3f GiB (%llu expert slots) is needed\n",
+                p->minimum / GIB, (unsigned long long)p->min_slots);
+}
+
+void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
+{
+    fprintf(f,
+            "{\"budget\":%" PRIu64 ",\"minimum\":%" PRIu64 ",\"dense\":%" PRIu64
+            ",\"embed_head\":%" PRIu64 ",\"drafter\":%" PRIu64 ",\"session_state\":%" PRIu64
+            ",\"session_scratch\":%" PRIu64 ",\"sessions\":%d,\"max_ctx\":%lld"
+            ",\"sessions_total\":%" PRIu64 ",\"compute_scratch\":%" PRIu64
+            ",\"overhead\":%" PRIu64 ",\"fixed\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
+            ",\"cache_header\":%" PRIu64 ",\"cache_bytes\":%" PRIu64 ",\"n_slots\":%" PRIu64
+            ",\"min_slots\":%" PRIu64
+            ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d}\n",
+            p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->session_state,
+            p->session_scratch, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
+            p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
+            p->cache_bytes,
+            p->n_slots, p->min_slots, p->experts_total, p->max_lease);
+}
