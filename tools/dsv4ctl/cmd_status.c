@@ -165,7 +165,10 @@ int dsv4ctl_status(int argc, char **argv)
         dsv4_view_map_experts(&v);
     if (v.experts) {
         const struct dsv4_expert_stats_shm *es = &v.experts->stats;
-        double req = (double)atomic_load(&es->requests), hit = (double)atomic_load(&es->hits);
+        /* of the experts clients asked for, those already resident: leased directly by the
+         * client, or found READY when the fetcher took the request */
+        double req = (double)atomic_load(&es->client_requests);
+        double hit = (double)atomic_load(&es->client_hits) + (double)atomic_load(&es->hits);
         cJSON *e = cJSON_AddObjectToObject(root, "expert_cache");
         if (print)
             printf("expert cache: %u slots, hit rate %.3f\n", v.experts->n_slots,
