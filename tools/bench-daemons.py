@@ -7,7 +7,10 @@ each path spends (summed over rounds, per generated token): in-process (it inclu
 model) and, per process, the daemons and the `gen` client: less sensitive to a loaded machine
 than the rates.
 
-usage: bench-daemons.py DSV4CTL MODEL_DIR [--tokens N] [--rounds R] [--threads T]"""
+usage: bench-daemons.py DSV4CTL MODEL_DIR [--tokens N] [--rounds R] [--threads T]
+                        [--memory-gb G --expert-cache-mib M]
+Give a large model the same expert cache on both paths (--memory-gb for the set's plan,
+--expert-cache-mib for `run`), and a warm-up round is run first on both."""
 import argparse
 import json
 import os
@@ -23,7 +26,11 @@ ap.add_argument("model")
 ap.add_argument("--tokens", type=int, default=128)
 ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--threads", type=int, default=1)
+ap.add_argument("--memory-gb", type=float, default=0)
+ap.add_argument("--expert-cache-mib", type=int, default=0)
 a = ap.parse_args()
+run_extra = ["--expert-cache-mib", str(a.expert_cache_mib)] if a.expert_cache_mib else []
+start_extra = ["--memory-gb", str(a.memory_gb)] if a.memory_gb else []
 prompt = "0," + ",".join(str((i * 37 + 11) % 250 + 2) for i in range(32))
 run_dir = tempfile.mkdtemp(prefix="dsv4b-")
 
@@ -46,16 +53,18 @@ def decode_rate(args):
 
 
 subprocess.run([a.dsv4ctl, "start", "--model", a.model, "--run-dir", run_dir, "--threads",
-                str(a.threads)], check=True)
+                str(a.threads), "--no-metrics", *start_extra], check=True)
 try:
     st = json.loads(subprocess.run([a.dsv4ctl, "status", "--run-dir", run_dir, "--json"],
                                    capture_output=True, text=True, check=True).stdout)
     pids = {d["name"]: d["pid"] for d in st["daemons"]}
     cpu = dict.fromkeys(["in-process", "client", *pids], 0.0)
     inproc, daemon = [], []
+    decode_rate(["gen", "--run-dir", run_dir])   # warm-up: the set's expert cache fills once
     for _ in range(a.rounds):
         t = children_cpu()
-        r1, out1 = decode_rate(["run", "--model", a.model, "--threads", str(a.threads)])
+        r1, out1 = decode_rate(["run", "--model", a.model, "--threads", str(a.threads),
+                                *run_extra])
         t2, d0 = children_cpu(), {k: proc_cpu(p) for k, p in pids.items()}
         r2, out2 = decode_rate(["gen", "--run-dir", run_dir])
         cpu["in-process"] += t2 - t
