@@ -25,6 +25,7 @@
 #include <cJSON.h>
 
 #include "engine.h"
+#include "json-file.h"
 #include "util.h"
 
 static const char *fixture;
@@ -227,24 +228,9 @@ int main(int argc, char **argv)
     exact_greedy = argc > 2 && strcmp(argv[2], "--exact") == 0;
     char path[4096];
     snprintf(path, sizeof(path), "%s/goldens.json", fixture);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "test-goldens: cannot open %s: %s\n", path, strerror(errno));
+    gold = load_json_file("test-goldens", path);
+    if (!gold)
         return 1;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = dsv4_xmalloc((size_t)len + 1);
-    size_t got = fread(text, 1, (size_t)len, f);
-    fclose(f);
-    text[got] = 0;
-    gold = cJSON_Parse(text);
-    free(text);
-    if (!gold) {
-        fprintf(stderr, "test-goldens: %s is not JSON\n", path);
-        return 1;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_teacher_forcing),
         cmocka_unit_test(test_greedy),

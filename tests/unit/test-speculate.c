@@ -25,6 +25,7 @@
 
 #include "sampling.h"
 #include "speculate.h"
+#include "json-file.h"
 #include "util.h"
 
 #define N_GEN 32
@@ -338,20 +339,7 @@ int main(int argc, char **argv)
     fixture = argv[1];
     char path[4096];
     snprintf(path, sizeof(path), "%s/goldens.json", fixture);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "test-speculate: cannot open %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = dsv4_xmalloc((size_t)len + 1);
-    size_t got = fread(text, 1, (size_t)len, f);
-    fclose(f);
-    text[got] = 0;
-    gold = cJSON_Parse(text);
-    free(text);
+    gold = load_json_file("test-speculate", path);
     if (!gold)
         return 1;
     struct dsv4_err err = { "" };
