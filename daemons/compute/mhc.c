@@ -20,10 +20,13 @@ static void hc_mix(const float *xf, int w, const float *fn, int nmix, float eps,
     float r = (float)(1.0 / sqrt((double)((float)(ss / w) + eps)));
     for (int m = 0; m < nmix; m++) {
         const float *f = fn + (size_t)m * w;
-        float acc = 0.0f;
+        /* fp32 products are exact in double: the sum is the reference's float64 matmul up to
+         * its order, rounded once (an fp32 running sum over hc*dim terms flips bf16 roundings
+         * of the collapsed input downstream) */
+        double acc = 0.0;
         for (int i = 0; i < w; i++)
-            acc += xf[i] * f[i];
-        mix[m] = acc * r;
+            acc += (double)xf[i] * f[i];
+        mix[m] = (float)acc * r;
     }
 }
 
