@@ -9,6 +9,8 @@
 #define GAIN_MIN_STEPS 4    /* verify steps measured before a quench decision */
 #define QUENCH_BASE 8
 #define QUENCH_MAX 256
+#define QUENCH_CAP 4096     /* longest quench, whatever a probe costs */
+#define PROBE_LOSS 0.02     /* a failed probe may cost at most this share of its quench */
 #define REFRESH_STEPS 64    /* re-measure a plain step at least this often */
 #define ROW_COST_PRIOR 0.25 /* before any measurement */
 
@@ -22,6 +24,7 @@ void dsv4_spec_policy_init(struct dsv4_spec_policy *p, const struct dsv4_spec_op
     p->gain = 1.0;
     p->quench_len = QUENCH_BASE;
     p->st.row_cost = ROW_COST_PRIOR;
+    p->probe = true;    /* a request's first verify checks one draft before trusting more */
 }
 
 bool dsv4_spec_policy_propose(struct dsv4_spec_policy *p)
@@ -38,7 +41,13 @@ bool dsv4_spec_policy_propose(struct dsv4_spec_policy *p)
 
 static void quench(struct dsv4_spec_policy *p)
 {
+    /* Long enough that the next probe (which may fail: it then yields one token for
+     * probe_cost plain steps) loses at most PROBE_LOSS of the time spent quenched: with a
+     * costly drafter (relative to the target) probes come rarely. */
+    double need = ceil((p->probe_cost - 1.0) / PROBE_LOSS);
     p->quench_left = p->quench_len;
+    if (need > p->quench_left)
+        p->quench_left = need < QUENCH_CAP ? (int)need : QUENCH_CAP;
     p->quench_len = p->quench_len * 2 < QUENCH_MAX ? p->quench_len * 2 : QUENCH_MAX;
     p->st.quench_events++;
     p->n_gain = 0;
@@ -51,16 +60,9 @@ static double survival(const struct dsv4_spec_policy *p, const float *conf, int 
     return fmin(fmax((double)conf[i] * calib, 0.0), 0.99);
 }
 
-int dsv4_spec_policy_len(struct dsv4_spec_policy *p, const float *conf, int lmax)
+/* The verify length with the best expected tokens per plain-step time (0: none beats plain). */
+static int best_len(const struct dsv4_spec_policy *p, const float *conf, int lmax)
 {
-    if (lmax > DSV4_SPEC_MAX_GAMMA)
-        lmax = DSV4_SPEC_MAX_GAMMA;
-    if (p->o.fixed_verify > 0)
-        return p->o.fixed_verify < lmax ? p->o.fixed_verify : lmax;
-    if (p->probe) {     /* the cheapest test: one draft (slot 0's calibration gets a sample) */
-        p->probe = false;
-        return lmax > 0 ? 1 : 0;
-    }
     double surv = 1.0, expect = 0.0, best = 1.0;
     int bl = 0;
     for (int l = 1; l <= lmax; l++) {
@@ -72,6 +74,20 @@ int dsv4_spec_policy_len(struct dsv4_spec_policy *p, const float *conf, int lmax
             bl = l;
         }
     }
+    return bl;
+}
+
+int dsv4_spec_policy_len(struct dsv4_spec_policy *p, const float *conf, int lmax)
+{
+    if (lmax > DSV4_SPEC_MAX_GAMMA)
+        lmax = DSV4_SPEC_MAX_GAMMA;
+    if (p->o.fixed_verify > 0)
+        return p->o.fixed_verify < lmax ? p->o.fixed_verify : lmax;
+    if (p->probe) {     /* the cheapest test: one draft (slot 0's calibration gets a sample) */
+        p->probe = false;
+        return lmax > 0 ? 1 : 0;
+    }
+    int bl = best_len(p, conf, lmax);
     if (bl == 0 && lmax > 0 && !p->o.no_quench)
         quench(p);      /* the calibrated confidences say a verify is a loss */
     return bl;
@@ -100,6 +116,24 @@ void dsv4_spec_policy_record(struct dsv4_spec_policy *p, int L, const float *con
     if (p->t_plain > 0.0) {
         cost = ns / p->t_plain;
         p->st.row_cost = (1 - EMA) * p->st.row_cost + EMA * fmax((cost - 1.0) / L, 0.0);
+    }
+    if (L == 1)     /* what a one-draft probe costs, drafting included */
+        p->probe_cost = p->probe_cost == 0.0 ? cost : (1 - EMA) * p->probe_cost + EMA * cost;
+    else if (p->probe_cost == 0.0)
+        p->probe_cost = 1.0 + (cost - 1.0) / L;
+    /* With the slots just calibrated, would the confidences seen so far still verify
+     * anything? If not, quench now rather than pay for drafting the next block first. */
+    if (!p->o.no_quench && p->o.fixed_verify == 0) {
+        float seen_conf[DSV4_SPEC_MAX_GAMMA];
+        int n = 0;
+        while (n < DSV4_SPEC_MAX_GAMMA && p->seen[n]) {
+            seen_conf[n] = (float)p->ema_conf[n];
+            n++;
+        }
+        if (n > 0 && best_len(p, seen_conf, n) == 0) {
+            quench(p);
+            return;
+        }
     }
     double g = tokens / fmax(cost, 1e-9);
     p->gain = p->n_gain ? (1 - EMA) * p->gain + EMA * g : g;

@@ -11,9 +11,10 @@
  * drafting, the verify rows themselves), a plain step being re-measured at least every 64
  * steps. L maximises (1 + expected accepted) ÷ cost; L = 0 starts a quench. A quench also
  * starts when the realised tokens per plain-step time stay below 1 over 4 verify steps: Q
- * plain steps (8, doubling per consecutive quench up to 256), then one probe step that
- * verifies a single draft (the cheapest verify; slot 0's calibration gets a sample, later
- * slots keep theirs, neutral until sampled).
+ * plain steps (8, doubling per consecutive quench up to 256, and at least what makes a failed
+ * probe cost ≤ 2 % of the quench: (probe cost − 1) / 0.02, capped at 4096), then one probe
+ * step that verifies a single draft (the cheapest verify; slot 0's calibration gets a sample,
+ * later slots keep theirs, neutral until sampled). A request's first verify is such a probe.
  */
 #pragma once
 
@@ -46,6 +47,7 @@ struct dsv4_spec_policy {
     double ema_acc[DSV4_SPEC_MAX_GAMMA], ema_conf[DSV4_SPEC_MAX_GAMMA];
     int seen[DSV4_SPEC_MAX_GAMMA];
     double gain;
+    double probe_cost;      /* EMA of a one-draft verify step / plain step (0: none yet) */
     int n_gain, quench_left, quench_len;
     bool probe;
     struct dsv4_spec_stats st;
