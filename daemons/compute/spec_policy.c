@@ -5,8 +5,10 @@
 #include <math.h>
 #include <string.h>
 
-#define EMA 0.2             /* weight of a new sample */
-#define GAIN_MIN_STEPS 4    /* verify steps measured before a quench decision */
+#define EMA 0.2             /* weight of a new sample (timings) */
+#define CAL_EMA 0.1         /* weight of a new acceptance sample (calibration) */
+#define GAIN_MIN_STEPS 16   /* verify steps measured before a quench decision */
+#define GAIN_EMA 0.05       /* weight of a step in the realised-gain average (per step: 0.4-1.5) */
 #define QUENCH_BASE 8
 #define QUENCH_MAX 256
 #define QUENCH_CAP 4096     /* longest quench, whatever a probe costs */
@@ -46,7 +48,10 @@ static void quench(struct dsv4_spec_policy *p)
      * costly drafter (relative to the target) probes come rarely. */
     double need = ceil((p->probe_cost - 1.0) / PROBE_LOSS);
     p->quench_left = p->quench_len;
-    if (need > p->quench_left)
+    /* only once probing is what is going on: after a failed probe (consecutive quench) or
+     * before anything was ever accepted; a first quench after a gain stays short */
+    bool probing = p->quench_len > QUENCH_BASE || p->st.accepted == 0;
+    if (probing && need > p->quench_left)
         p->quench_left = need < QUENCH_CAP ? (int)need : QUENCH_CAP;
     p->quench_len = p->quench_len * 2 < QUENCH_MAX ? p->quench_len * 2 : QUENCH_MAX;
     p->st.quench_events++;
@@ -108,7 +113,9 @@ void dsv4_spec_policy_record(struct dsv4_spec_policy *p, int L, const float *con
     p->st.accepted += (uint64_t)accepted;
     /* calibration of every slot the step reached (all before it accepted) */
     for (int i = 0; i < L && i <= accepted && i < DSV4_SPEC_MAX_GAMMA; i++) {
-        double w = p->seen[i]++ ? EMA : 1.0;    /* the first sample replaces the prior */
+        /* a running mean with the neutral prior as one pseudo-sample, then an EMA slow enough
+         * that two unlucky rejections at 90 % do not quench a profitable request */
+        double w = fmax(CAL_EMA, 1.0 / (p->seen[i]++ + 2));
         p->ema_acc[i] = (1 - w) * p->ema_acc[i] + w * (i < accepted);
         p->ema_conf[i] = (1 - w) * p->ema_conf[i] + w * conf[i];
     }
@@ -136,7 +143,7 @@ void dsv4_spec_policy_record(struct dsv4_spec_policy *p, int L, const float *con
         }
     }
     double g = tokens / fmax(cost, 1e-9);
-    p->gain = p->n_gain ? (1 - EMA) * p->gain + EMA * g : g;
+    p->gain = p->n_gain ? (1 - GAIN_EMA) * p->gain + GAIN_EMA * g : g;
     p->n_gain++;
     if (p->o.no_quench || p->o.fixed_verify > 0 || p->n_gain < GAIN_MIN_STEPS)
         return;
