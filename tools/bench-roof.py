@@ -155,7 +155,7 @@ def plan(exe, model, gb):
 def status(exe, run_dir):
     st = json.loads(ctl(exe, "status", "--run-dir", run_dir, "--json", check=False).stdout)
     sched = next(d for d in st["daemons"] if d["name"] == "scheduler")
-    return sched.get("generated_tokens", 0), st.get("expert_cache", {})
+    return sched.get("generated_tokens", 0), st.get("expert_cache", {}), time.monotonic()
 
 
 def drop_caches():
@@ -222,6 +222,7 @@ def run_budget(exe, model, gb, a, cfg):
     last = samples[-1]
     n_dec = last[0] - first[0]
     bytes_dec = last[1].get("bytes_read", 0) - first[1].get("bytes_read", 0)
+    secs_dec = last[2] - first[2]
     miss_dec = last[1].get("misses", 0) - first[1].get("misses", 0)
     asked = n_dec * cfg["num_hidden_layers"] * cfg["num_experts_per_tok"]
     return {
@@ -231,6 +232,9 @@ def run_budget(exe, model, gb, a, cfg):
         "decode_tok_s": float(dm.group(3)), "decode_tokens": int(dm.group(1)),
         "decode_tokens_counted": n_dec,
         "disk_bytes_per_token": bytes_dec / n_dec if n_dec else 0.0,
+        # what the fetcher's own reads achieved over the decode's wall time: a lower bound of
+        # the disk's capability (the disk was not busy all that time)
+        "fetcher_read_bytes_s": bytes_dec / secs_dec if secs_dec > 0 else 0.0,
         # demands served without waiting for a read (prefetched experts count as hits) ...
         "demand_hit_rate": 1 - miss_dec / asked if asked else 0.0,
         # ... and experts not read from disk at all (the cache's own hit rate)
@@ -304,6 +308,14 @@ def main():
     disk2, k2 = physical()
     disk = max(disk, disk2)
     k = {x: max(k[x], k2[x]) if isinstance(k[x], float) else k[x] for x in k if x != "raw"}
+    # A virtual disk backed by the host's page cache can serve the fetcher's pattern (io_uring,
+    # the expert spans it reads again and again) faster than the probe's fresh random spans;
+    # what the fetcher achieved is then the better witness of the disk, so the roof takes
+    # the larger (a measured ratio above 1 against the disk term would mean a wrong roof).
+    achieved = max(r["fetcher_read_bytes_s"] for r in runs)
+    print(f"disk: probe {disk / GB:.2f} GB/s, fetcher achieved (decode) {achieved / GB:.2f} "
+          f"GB/s; the roof uses {max(disk, achieved) / GB:.2f}")
+    disk = max(disk, achieved)
     print(f"roof rates (best of both): disk {disk / GB:.2f}, DRAM {k['dram'] / GB:.2f}, "
           f"FP4 {k['fp4'] / GB:.2f}, FP8 {k['fp8'] / GB:.2f}, BF16 {k['bf16'] / GB:.2f} GB/s")
     print("| budget GiB | cached | peak GiB | prefill tok/s | TTFT s | decode tok/s | "
