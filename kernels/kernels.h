@@ -11,6 +11,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 /* ---- number formats (scalar; see docs/numerics.md) ---- */
@@ -37,6 +38,8 @@ struct dsv4_fp8_weight {
     const uint8_t *scale;   /* [ceil(rows/block)][ceil(cols/block)] E8M0 */
     uint32_t rows, cols, block; /* block ≥ 1; SIMD twins need block % 16 == 0, else they
                                    run the scalar reference (same bits) */
+    bool nan_free;          /* checked by the owner (dsv4_e4m3_has_nan): callers that honour
+                               it may use dsv4_matvec_fp8_nanfree (same bits, faster) */
 };
 
 struct dsv4_fp4_weight {

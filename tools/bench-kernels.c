@@ -198,7 +198,7 @@ static void call_once(struct ctx *c, const struct shape *s, dsv4_pool *pool,
     c->next_s = (c->next_s + sb + 63) & ~(size_t)63;
     switch (s->kind) {
     case FP8: {
-        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128};
+        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128, false};
         if (pool)
             dsv4_matvec_fp8_mt(pool, &wt, x, nx, y, s->rows);
         else
@@ -206,7 +206,7 @@ static void call_once(struct ctx *c, const struct shape *s, dsv4_pool *pool,
         break;
     }
     case FP8_NANFREE: {
-        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128};
+        struct dsv4_fp8_weight wt = {w, sc, s->rows, s->cols, 128, false};
         if (pool)
             dsv4_matvec_fp8_nanfree_mt(pool, &wt, x, nx, y, s->rows);
         else

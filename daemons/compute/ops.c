@@ -46,7 +46,11 @@ static void mv_worker(void *ctx, int worker, int n_workers)
     en += j->begin;
     switch (j->kind) {
     case MV_FP8:
-        j->ops->matvec_fp8(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
+        if (((const struct dsv4_fp8_weight *)j->w)->nan_free)
+            j->ops->matvec_fp8_nanfree(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b,
+                                       (uint32_t)en);
+        else
+            j->ops->matvec_fp8(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
         break;
     case MV_FP4:
         j->ops->matvec_fp4(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);

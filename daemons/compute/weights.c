@@ -96,6 +96,9 @@ static int load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t 
     w->rows = rows;
     w->cols = cols;
     w->block = b;
+    /* resident and read-only: screened once here, so the matvecs can skip the per-block
+     * NaN screen (kernels.h; same bits) */
+    w->nan_free = !dsv4_e4m3_has_nan(w->w, (size_t)rows * cols);
     return 0;
 }
 

@@ -278,7 +278,7 @@ static struct case_ fp8_case(uint32_t rows, uint32_t cols, uint32_t block, uint8
     for (size_t i = 0; i < (size_t)rb * kb; i++)
         sbuf[i] = (uint8_t)(emin + (int)(rnd() % (uint64_t)(emax - emin + 1)));
     struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
-    c.f8 = (struct dsv4_fp8_weight){wbuf, sbuf, rows, cols, block};
+    c.f8 = (struct dsv4_fp8_weight){wbuf, sbuf, rows, cols, block, false};
     return c;
 }
 
@@ -322,7 +322,7 @@ static void test_fp8_all_codes(void **state)
         x[k] = rnd_f(1.0f);
     }
     struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
-    c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B};
+    c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B, false};
     run_case(&c, x, 1);
     for (unsigned b = 0; b < 256; b++) {
         uint8_t one = (uint8_t)b;
@@ -359,7 +359,7 @@ static void test_fp8_scale_extremes(void **state)
             sc[0] = exps[i];
             sc[1] = exps[j];
             struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
-            c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B};
+            c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B, false};
             run_case(&c, x, 1);
         }
 }

@@ -151,7 +151,7 @@ static void test_matvec_mt_bitwise(void **state)
         s4[i] = (uint8_t)(120 + rnd() % 8);
     for (size_t i = 0; i < nx * cols; i++)
         x[i] = (float)((int)(rnd() % 2001) - 1000) / 256.0f;
-    struct dsv4_fp8_weight f8 = {w8, s8, rows, cols, 128};
+    struct dsv4_fp8_weight f8 = {w8, s8, rows, cols, 128, false};
     struct dsv4_fp4_weight f4 = {w4, s4, rows, cols};
     struct dsv4_bf16_weight b16 = {wb, rows, cols};
     for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
