@@ -159,8 +159,17 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
                          + (uint64_t)c->n_blocks * c->n_routed_experts * 64;  /* lease table */
     p->overhead = N_PROCS * PROC_OVERHEAD + 2 * n_tensors * INDEX_BYTES_PER_TENSOR +
                   2 * V * TOKENIZER_BYTES_PER_TOKEN;
-    p->fixed = p->dense + p->embed_head + p->drafter + p->sessions_total + p->compute_scratch +
-               p->overhead;
+    /* The drafter's routed experts live in compute's own LRU (daemons/compute/dspark.c), not
+     * in the fetcher's segment: room for one drafted block's union in every stage (γ rows ×
+     * K experts), or all of the stages' experts if fewer. */
+    if (o.dspark && c->dspark_stages > 0) {
+        uint64_t all = (uint64_t)c->dspark_stages * c->n_routed_experts;
+        uint64_t block = (uint64_t)c->dspark_stages * DSV4_MAX(c->dspark_block_size, 1) *
+                         c->n_activated_experts;
+        p->drafter_cache = DSV4_MIN(all, block) * p->slot_bytes;
+    }
+    p->fixed = p->dense + p->embed_head + p->drafter + p->drafter_cache + p->sessions_total +
+               p->compute_scratch + p->overhead;
     p->experts_total = (uint64_t)c->n_layers * c->n_routed_experts;
     /* Segment header: directory and usage words per expert, slot table, rings; the payload
      * starts 2 MiB aligned (proto/dsv4_expert_shm.h). */
@@ -199,7 +208,7 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
                          "(%.2f GiB resident weights, %.2f GiB for %d sessions of %lld positions, "
                          "%.2f GiB scratch and processes, %llu expert slots of %.1f MiB)",
                          p->budget / GIB, p->minimum / GIB,
-                         (p->dense + p->embed_head + p->drafter) / GIB, p->sessions_total / GIB,
+                         (p->dense + p->embed_head + p->drafter + p->drafter_cache) / GIB, p->sessions_total / GIB,
                          o.sessions, (long long)o.max_ctx,
                          (p->compute_scratch + p->overhead) / GIB,
                          (unsigned long long)p->min_slots, p->slot_bytes / (double)MIB);
@@ -222,6 +231,8 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
     row(f, "dense weights", p->dense, "target layers: FP8 attention, shared experts, norms");
     row(f, "embedding + head", p->embed_head, "BF16");
     row(f, "drafter", p->drafter, p->drafter ? "MTP/DSpark stages" : "none in this model");
+    if (p->drafter_cache)
+        row(f, "drafter experts", p->drafter_cache, "compute's LRU: one drafted block per stage");
     snprintf(note, sizeof(note), "%d × (%.1f MiB state at %lld positions + %.1f MiB scratch)",
              p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
              p->session_scratch / (double)MIB);
@@ -247,14 +258,16 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
 {
     fprintf(f,
             "{\"budget\":%" PRIu64 ",\"minimum\":%" PRIu64 ",\"dense\":%" PRIu64
-            ",\"embed_head\":%" PRIu64 ",\"drafter\":%" PRIu64 ",\"session_state\":%" PRIu64
+            ",\"embed_head\":%" PRIu64 ",\"drafter\":%" PRIu64 ",\"drafter_cache\":%" PRIu64
+            ",\"session_state\":%" PRIu64
             ",\"session_scratch\":%" PRIu64 ",\"sessions\":%d,\"max_ctx\":%lld"
             ",\"sessions_total\":%" PRIu64 ",\"compute_scratch\":%" PRIu64
             ",\"overhead\":%" PRIu64 ",\"fixed\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
             ",\"cache_header\":%" PRIu64 ",\"cache_bytes\":%" PRIu64 ",\"n_slots\":%" PRIu64
             ",\"min_slots\":%" PRIu64
             ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d}\n",
-            p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->session_state,
+            p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->drafter_cache,
+            p->session_state,
             p->session_scratch, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
             p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
             p->cache_bytes,

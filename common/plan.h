@@ -31,6 +31,7 @@ struct dsv4_plan_opts {
     int max_rollback;       /* 0 → 16 (engine default) */
     int threads;            /* compute workers; 0 → 1 */
     bool in_process;        /* experts cached inside compute (dsv4ctl run), not by the fetcher */
+    bool dspark;            /* the drafter runs (start --dspark): its experts' cache is planned */
     uint64_t shm_avail;     /* free bytes of /dev/shm, which holds the fetcher's cache; 0 = no cap */
 };
 
@@ -40,6 +41,7 @@ struct dsv4_plan {
     uint64_t dense;                 /* target layers' resident weights (FP8 + small tensors) */
     uint64_t embed_head;            /* embedding + output head (BF16) + final norms */
     uint64_t drafter;               /* MTP / DSpark stages */
+    uint64_t drafter_cache;         /* with dspark: compute's LRU of the stages' routed experts */
     uint64_t session_state;         /* per session: KV ring, compressed rows, indexer keys */
     uint64_t session_scratch;       /* per session: per-chunk activations */
     uint64_t sessions_total;        /* sessions × (state + scratch) */

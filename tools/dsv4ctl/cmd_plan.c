@@ -19,7 +19,7 @@
 #include "plan.h"
 
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
-                      int threads, struct dsv4_plan *ret, struct dsv4_err *err)
+                      int threads, bool dspark, struct dsv4_plan *ret, struct dsv4_err *err)
 {
     struct dsv4_config cfg;
     int rc = dsv4_config_load(model, &cfg, err);
@@ -29,7 +29,8 @@ int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int 
     struct dsv4_plan_opts o = { .budget_bytes = (uint64_t)(memory_gb * 1073741824.0),
                                 .max_ctx = max_ctx,
                                 .sessions = sessions,
-                                .threads = threads };
+                                .threads = threads,
+                                .dspark = dspark };
     if (statvfs("/dev/shm", &vfs) == 0)
         o.shm_avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     return dsv4_plan_make(&cfg, &o, ret, err) < 0 ? DSV4_EXIT_FAIL : DSV4_EXIT_OK;
@@ -50,6 +51,7 @@ int dsv4ctl_plan(int argc, char **argv)
         { "sessions", required_argument, NULL, 's' },
         { "threads", required_argument, NULL, 't' },
         { "json", no_argument, NULL, 'j' },
+        { "dspark", no_argument, NULL, 'D' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -57,7 +59,7 @@ int dsv4ctl_plan(int argc, char **argv)
     double gb = 0;
     long long ctx = 0;
     int sessions = 0, threads = dsv4ctl_default_threads(), c;
-    bool json = false;
+    bool json = false, dspark = false;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -67,12 +69,14 @@ int dsv4ctl_plan(int argc, char **argv)
         case 's': sessions = atoi(optarg); break;
         case 't': threads = atoi(optarg); break;
         case 'j': json = true; break;
+        case 'D': dspark = true; break;
         case 'h':
             printf("usage: dsv4ctl plan --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
-                   "[--threads N] [--json]\n"
+                   "[--threads N] [--dspark] [--json]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable)\n"
                    "  --max-ctx    positions per session (default 4096)\n"
-                   "  --sessions   sessions at once (default 4, the scheduler's --max-active)\n");
+                   "  --sessions   sessions at once (default 4, the scheduler's --max-active)\n"
+                   "  --dspark     the set runs the DSpark drafter (plans its experts' cache)\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -83,7 +87,7 @@ int dsv4ctl_plan(int argc, char **argv)
     }
     struct dsv4_plan p;
     struct dsv4_err err;
-    int rc = dsv4ctl_make_plan(model, gb, ctx, sessions, threads, &p, &err);
+    int rc = dsv4ctl_make_plan(model, gb, ctx, sessions, threads, dspark, &p, &err);
     if (rc != DSV4_EXIT_OK && rc != DSV4_EXIT_FAIL) {
         fprintf(stderr, "dsv4ctl plan: %s\n", err.msg);
         return rc;

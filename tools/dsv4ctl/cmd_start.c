@@ -100,8 +100,8 @@ int dsv4ctl_start(int argc, char **argv)
     }
     struct dsv4_plan plan;
     struct dsv4_err err;
-    int prc = dsv4ctl_make_plan(o.model, o.memory_gb, max_ctx, o.sessions, o.threads, &plan,
-                                &err);
+    int prc = dsv4ctl_make_plan(o.model, o.memory_gb, max_ctx, o.sessions, o.threads, o.dspark,
+                                &plan, &err);
     if (prc != DSV4_EXIT_OK) {
         fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
         return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
@@ -109,6 +109,7 @@ int dsv4ctl_start(int argc, char **argv)
     o.budget_bytes = plan.budget;
     o.cache_bytes = plan.cache_bytes;
     o.session_bytes = plan.sessions_total;
+    o.drafter_cache_bytes = plan.drafter_cache;
     o.sessions = plan.o.sessions;
     o.foreground = fg;
     if (fg)

@@ -7,6 +7,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 enum {
@@ -45,6 +46,6 @@ struct dsv4_err;
 /* Load DIR's config and plan for the budget (cmd_plan.c); DSV4_EXIT_OK, DSV4_EXIT_FAIL when
  * the budget is below the minimum (err says by how much), or 65/66 for the config. */
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
-                      int threads, struct dsv4_plan *ret, struct dsv4_err *err);
+                      int threads, bool dspark, struct dsv4_plan *ret, struct dsv4_err *err);
 /* Online CPUs: the default compute thread count (dense work on every core). */
 int dsv4ctl_default_threads(void);

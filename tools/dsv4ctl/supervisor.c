@@ -101,11 +101,13 @@ static void say(int *fd, const char *fmt, ...)
 
 static int spawn(struct sv *s, struct child *c)
 {
-    char log[DSV4_PATH_MAX + 32], threads[16], mem[32], cache[24], sess[24], active[16];
+    char log[DSV4_PATH_MAX + 32], threads[16], mem[32], cache[24], dcache[24], sess[24],
+        active[16];
     snprintf(log, sizeof(log), "%s/%s.log", s->dir, dsv4_role_name(c->role));
     snprintf(threads, sizeof(threads), "%d", s->o->threads);
     snprintf(mem, sizeof(mem), "%g", s->o->memory_gb);
     snprintf(cache, sizeof(cache), "%llu", (unsigned long long)s->o->cache_bytes);
+    snprintf(dcache, sizeof(dcache), "%llu", (unsigned long long)s->o->drafter_cache_bytes);
     snprintf(sess, sizeof(sess), "%llu", (unsigned long long)s->o->session_bytes);
     snprintf(active, sizeof(active), "%d", s->o->sessions);
     atomic_store(&c->stats->state, DSV4_STATE_STARTING);
@@ -156,6 +158,10 @@ static int spawn(struct sv *s, struct child *c)
             if (!fetcher && s->o->cache_bytes) {
                 *a++ = "--cache-bytes";
                 *a++ = cache;
+            }
+            if (fetcher && s->o->dspark && s->o->drafter_cache_bytes) {
+                *a++ = "--cache-bytes";
+                *a++ = dcache;
             }
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)

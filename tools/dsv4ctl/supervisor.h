@@ -22,6 +22,8 @@ struct supervisor_opts {
     uint64_t budget_bytes;      /* written to compute's stats page */
     uint64_t cache_bytes;       /* fetcher --cache-bytes (compute's in-process cache without one) */
     uint64_t session_bytes;     /* compute --session-bytes */
+    uint64_t drafter_cache_bytes; /* with --dspark and a fetcher: compute --cache-bytes (the
+                                   * drafter's expert LRU; the target's experts are the fetcher's) */
     int sessions;               /* scheduler --max-active (0: its default) */
     const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */
     bool metrics_explicit;      /* asked for: failing to listen there is an error */
