@@ -56,10 +56,7 @@ static void attend_one(dsv4_session *s, int r, int h, const float *sink, float *
                 sc[j - b0] = -INFINITY;
                 continue;
             }
-            double dot = 0.0;
-            for (int k = 0; k < D; k++)
-                dot += (double)q[k] * vis[j][k];
-            sc[j - b0] = (float)dot * scale;
+            sc[j - b0] = (float)dot_f64(q, vis[j], D) * scale;
             bm = fmaxf(bm, sc[j - b0]);
         }
         if (bm == -INFINITY)

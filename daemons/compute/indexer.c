@@ -59,11 +59,7 @@ void indexer_select(dsv4_session *s, int layer, const float *a, const float *qr,
             double tot = 0.0;
             for (int h = 0; h < ih; h++) {
                 const float *q = sc->qi + ((size_t)r * ih + h) * ihd;
-                /* exact products summed in double, rounded once (the reference's matmul) */
-                double acc = 0.0;
-                for (int j = 0; j < ihd; j++)
-                    acc += (double)q[j] * key[j];
-                float dot = dsv4_bf16_round((float)acc);
+                float dot = dsv4_bf16_round((float)dot_f64(q, key, ihd));
                 tot += dsv4_bf16_round(fmaxf(dot, 0.0f) * wt[h]);
             }
             tmp[w].s = dsv4_bf16_round((float)tot);

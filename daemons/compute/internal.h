@@ -164,6 +164,10 @@ void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float 
 void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, bool inverse);
 void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yarn);
 void hadamard_inplace(float *x, int n);
+/* a·b of fp32 vectors: exact products summed in double over 8 fixed chains (pipelined and
+ * vectorisable; a fixed order, so every row and every run gets the same bits), the
+ * reference's float64 matmul up to its order. */
+double dot_f64(const float *a, const float *b, int n);
 float sigmoidf_(float x);
 
 /* ---- weights.c: loaders shared with the drafter (buffers owned by the engine) ---- */

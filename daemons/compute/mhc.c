@@ -20,18 +20,9 @@ static void hc_mix(const float *xf, int w, const float *fn, int nmix, float eps,
     float r = (float)(1.0 / sqrt((double)((float)(ss / w) + eps)));
     for (int m = 0; m < nmix; m++) {
         const float *f = fn + (size_t)m * w;
-        /* fp32 products are exact in double: the sum is the reference's float64 matmul up to
-         * its order, rounded once (an fp32 running sum over hc*dim terms flips bf16 roundings
-         * of the collapsed input downstream) */
-        double acc[8] = { 0 };      /* 8 chains in a fixed order: pipelined, vectorisable */
-        int i = 0;
-        for (; i + 8 <= w; i += 8)
-            for (int k = 0; k < 8; k++)
-                acc[k] += (double)xf[i + k] * f[i + k];
-        for (; i < w; i++)
-            acc[0] += (double)xf[i] * f[i];
-        double sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        mix[m] = (float)sum * r;
+        /* in double: an fp32 running sum over hc*dim terms flipped bf16 roundings of the
+         * collapsed input downstream (docs/numerics.md "Per-layer agreement") */
+        mix[m] = (float)dot_f64(xf, f, w) * r;
     }
 }
 
