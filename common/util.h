@@ -50,5 +50,11 @@ static inline bool dsv4_add_u64(uint64_t a, uint64_t b, uint64_t *ret)
     return true;
 }
 
+/* Time constants (the clock is in nanoseconds). */
+#define DSV4_NSEC_PER_USEC 1000ull
+#define DSV4_NSEC_PER_MSEC 1000000ull
+#define DSV4_NSEC_PER_SEC 1000000000ull
+#define DSV4_MSEC_PER_SEC 1000ull
+
 /* Monotonic clock in nanoseconds: the one time type of the project. */
 uint64_t dsv4_now_ns(void);

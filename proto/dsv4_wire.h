@@ -71,6 +71,17 @@ struct dsv4_msg_peer {          /* supervisor -> daemons: `role` restarted and i
     uint64_t epoch;
 };
 
+/* ---- supervisor (or a test acting as one) -> fetcher, over the control channel ------- */
+struct dsv4_msg_fetcher_pin {   /* pin (load if needed, then keep) or unpin one expert */
+    uint64_t seq;               /* echoed in the ACK / ERROR id */
+    int32_t layer, expert;
+    uint32_t pin;               /* 1 = pin, 0 = unpin */
+    uint32_t pad;
+};
+struct dsv4_msg_fetcher_save_hot {  /* write the learned hot set to RUN_DIR/fetcher-hot.json */
+    uint64_t seq;
+};
+
 /* ---- client <-> scheduler ------------------------------------------------------------- */
 #define DSV4_GEN_SKIP_SPECIAL 1u        /* reserved */
 struct dsv4_msg_generate {
@@ -199,6 +210,8 @@ struct dsv4_msg_draft_result {
     X(HEARTBEAT, 3, dsv4_msg_heartbeat)                               \
     X(STOP, 4, dsv4_msg_stop)                                         \
     X(PEER_RESTARTED, 5, dsv4_msg_peer)                               \
+    X(FETCHER_PIN, 6, dsv4_msg_fetcher_pin)                           \
+    X(FETCHER_SAVE_HOT, 7, dsv4_msg_fetcher_save_hot)                 \
     X(GENERATE, 16, dsv4_msg_generate)                                \
     X(SCORE, 17, dsv4_msg_score)                                      \
     X(CANCEL, 18, dsv4_msg_cancel)                                    \

@@ -99,6 +99,19 @@ static int v_dsv4_msg_peer(const struct dsv4_msg *m, struct dsv4_err *err)
     return tail_fits(m, sizeof(*b), 0, err);
 }
 
+static int v_dsv4_msg_fetcher_pin(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_fetcher_pin *b = m->body;
+    if (b->pin > 1 || b->pad)
+        return BAD("FETCHER_PIN: pin %u / padding invalid", b->pin);
+    return tail_fits(m, sizeof(*b), 0, err);   /* layer/expert: checked by the fetcher */
+}
+
+static int v_dsv4_msg_fetcher_save_hot(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    return tail_fits(m, sizeof(struct dsv4_msg_fetcher_save_hot), 0, err);
+}
+
 static int v_dsv4_msg_generate(const struct dsv4_msg *m, struct dsv4_err *err)
 {
     const struct dsv4_msg_generate *b = m->body;
@@ -238,8 +251,8 @@ static int v_dsv4_msg_forward(const struct dsv4_msg *m, struct dsv4_err *err)
         return r;
     const struct dsv4_wire_fwd_in *rows = m->tail;
     for (uint32_t i = 0; i < b->n_rows; i++) {
-        if (rows[i].token < 0 || rows[i].target < -1 || rows[i].pos != rows[0].pos + i ||
-            rows[0].pos < 0)
+        if (rows[i].token < 0 || rows[i].target < -1 || rows[0].pos < 0 ||
+            rows[0].pos > INT64_MAX - DSV4_WIRE_MAX_TOKENS || rows[i].pos != rows[0].pos + i)
             return BAD("FORWARD: row %u (token %d target %d pos %lld) invalid", i,
                        rows[i].token, rows[i].target, (long long)rows[i].pos);
     }

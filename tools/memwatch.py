@@ -60,8 +60,12 @@ def sample(pids, run_dir):
 
 
 class MemWatch:
-    def __init__(self, dsv4ctl, run_dir, period=0.01):
-        self.run_dir, self.period = run_dir, period
+    """Samples the set's memory every `period` s while the block runs, and at least
+    `min_samples` times in all (on a loaded machine a short block may see few periods: the
+    count must not depend on timing)."""
+
+    def __init__(self, dsv4ctl, run_dir, period=0.01, min_samples=12):
+        self.run_dir, self.period, self.min_samples = run_dir, period, min_samples
         self.pids = set_pids(dsv4ctl, run_dir)
         self.peak, self.at_peak, self.samples = 0, {}, 0
         self._stop = threading.Event()
@@ -74,7 +78,7 @@ class MemWatch:
             self.samples += 1
             if total > self.peak:
                 self.peak, self.at_peak = total, s
-            if self._stop.wait(self.period):
+            if self._stop.wait(self.period) and self.samples >= self.min_samples:
                 return
 
     def __enter__(self):

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "err.h"
 #include "expert.h"
+#include "sampling.h"
 
 typedef struct dsv4_engine dsv4_engine;
 typedef struct dsv4_session dsv4_session;
@@ -105,7 +106,4 @@ void dsv4_session_snapshot(dsv4_session *s);
  */
 int dsv4_session_rollback(dsv4_session *s, int64_t pos, struct dsv4_err *err);
 
-/* Greedy choice with the documented tie rule (lower id wins). */
-int32_t dsv4_argmax(const float *logits, int n);
-/* log-softmax of logits[token] over n entries (fp64 accumulation). */
-double dsv4_log_softmax_at(const float *logits, int n, int32_t token);
+/* dsv4_argmax and dsv4_log_softmax_at: common/sampling.h. */

@@ -307,22 +307,3 @@ void head_logits(dsv4_session *s, const float *x, int n, float *logits)
     linear_bf16(e, &e->head, s->s.a, n, logits);
 }
 
-int32_t dsv4_argmax(const float *logits, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best])
-            best = i;
-    return best;
-}
-
-double dsv4_log_softmax_at(const float *logits, int n, int32_t token)
-{
-    double mx = logits[0];
-    for (int i = 1; i < n; i++)
-        mx = fmax(mx, logits[i]);
-    double sum = 0.0;
-    for (int i = 0; i < n; i++)
-        sum += exp((double)logits[i] - mx);
-    return (double)logits[token] - mx - log(sum);
-}

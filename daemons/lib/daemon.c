@@ -58,6 +58,13 @@ static void send_ctl(struct dsv4_daemon *d, int type, const void *body, size_t n
     dsv4_wire_buf_free(&b);
 }
 
+void dsv4_daemon_reply(struct dsv4_daemon *d, struct dsv4_wire_buf *b)
+{
+    int r = dsv4_zsend(d->ctl, NULL, 0, b, 1);
+    if (r < 0)
+        dsv4_log_warn(dsv4_role_name(d->role), "control reply: %s", zmq_strerror(-r));
+}
+
 void dsv4_daemon_ready(struct dsv4_daemon *d)
 {
     struct dsv4_msg_ready m = { (uint32_t)getpid(), (uint32_t)d->role, 0 };
@@ -105,6 +112,8 @@ void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items)
                               dsv4_role_name((int)p->role), p->pid);
                 if (d->on_peer)
                     d->on_peer(d->peer_ctx, (int)p->role);
+            } else if (d->on_control) {
+                d->on_control(d->control_ctx, &m);
             }
         }
     }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "dsv4_stats.h"
+#include "dsv4_wire.h"
 #include "err.h"
 #include "rundir.h"
 #include "zmsg.h"
@@ -28,6 +29,10 @@ struct dsv4_daemon {
     /* called when the supervisor reports that a peer restarted */
     void (*on_peer)(void *ctx, int role);
     void *peer_ctx;
+    /* called for any other valid message on the control channel (the fetcher's controls);
+     * it may answer with dsv4_daemon_reply() */
+    void (*on_control)(void *ctx, const struct dsv4_msg *m);
+    void *control_ctx;
 };
 
 int dsv4_daemon_init(struct dsv4_daemon *d, int role, const char *run_dir, struct dsv4_err *err);
@@ -44,6 +49,8 @@ void dsv4_daemon_handle(struct dsv4_daemon *d, const void *items);
  * the supervisor's watchdog kills a daemon that stops sending them.
  */
 void dsv4_daemon_heartbeat(struct dsv4_daemon *d);
+/* Answer a control message (to the supervisor, or the test acting as one). */
+void dsv4_daemon_reply(struct dsv4_daemon *d, struct dsv4_wire_buf *b);
 void dsv4_daemon_fini(struct dsv4_daemon *d);
 /* Count a message we dropped as malformed (rate-limited log). */
 void dsv4_daemon_bad_message(struct dsv4_daemon *d, const char *from, const char *why);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,4 +190,31 @@ int dsv4_rundir_supervisor_pid(const char *dir)
     }
     close(fd);
     return pid;
+}
+
+const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
+{
+    char self[DSV4_PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (k <= 0)
+        return NULL;
+    self[k] = '\0';
+    const char *env = getenv("DSV4_LIBEXEC_DIR"), *dir = dirname(self);
+    const char *sub = strncmp(name, "dsv4-", 5) == 0 ? name + 5 : name;
+    for (int i = 0; i < 4; i++) {
+        int len;
+        if (i == 0 && !(env && *env))
+            continue;
+        if (i == 0)
+            len = snprintf(buf, n, "%s/%s", env, name);
+        else if (i == 1)
+            len = snprintf(buf, n, "%s/%s", dir, name);
+        else if (i == 2)
+            len = snprintf(buf, n, "%s/../../daemons/%s/%s", dir, sub, name);
+        else
+            len = snprintf(buf, n, "%s/../%s/%s", dir, sub, name);
+        if (len > 0 && (size_t)len < n && access(buf, X_OK) == 0)
+            return buf;
+    }
+    return NULL;
 }

@@ -30,5 +30,11 @@ int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_s
 void dsv4_stats_unmap(struct dsv4_stats_shm *s);
 void dsv4_stats_unlink(const char *dir, int role);
 void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us);
+/*
+ * Path of a daemon executable ("dsv4-compute"): $DSV4_LIBEXEC_DIR/NAME, else next to the
+ * running executable (installed: one bindir), else in the build tree (daemons/<role>/NAME seen
+ * from tools/dsv4ctl/ or from another daemons/<role>/). NULL if none is executable.
+ */
+const char *dsv4_daemon_exe(const char *name, char *buf, size_t n);
 /* Pid of the live supervisor holding DIR/supervisor.lock, or 0. */
 int dsv4_rundir_supervisor_pid(const char *dir);

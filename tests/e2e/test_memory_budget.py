@@ -102,6 +102,12 @@ try:
         assert argv[argv.index(b"--cache-bytes") + 1] == str(p["drafter_cache"]).encode(), argv
         sched = next(d for d in st["daemons"] if d["name"] == "scheduler")
         assert sched.get("spec_verify_steps", 0) > 0, sched
+        # the scheduler gets the planned session count and --dspark, neither overwriting the
+        # other (an old supervisor wrote --dspark over --max-active)
+        with open(f"/proc/{sched['pid']}/cmdline", "rb") as f:
+            sargv = f.read().split(b"\0")
+        assert b"--dspark" in sargv, sargv
+        assert sargv[sargv.index(b"--max-active") + 1] == str(p["sessions"]).encode(), sargv
 finally:
     ctl("stop", "--run-dir", run_dir, check=False)
 assert out == ref, f"gen under a small budget:\n{out}\nrun:\n{ref}"

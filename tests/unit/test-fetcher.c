@@ -4,7 +4,8 @@
  * every expert of a tiny checkpoint served byte-identical to direct reads,
  * budget and lease rules under random access, prefetch and pinning, injected
  * EIO / short read / refused O_DIRECT and a truncated shard (clear error, no
- * bad slot), the daemon's control plane, kill -9 mid-load then restart, and
+ * bad slot), the daemon's control channel (this test plays the supervisor: READY,
+ * HEARTBEAT, FETCHER_PIN, STOP), kill -9 mid-load then restart, and
  * NUMA placement on synthetic 2-node topologies.
  */
 #include <errno.h>
@@ -27,10 +28,12 @@
 
 #include "fetcher.h"
 #include "fetcher_client.h"
-#include "fetcher_ctl.h"
 #include "fetcher_numa.h"
 #include "fetcher_shm.h"
+#include "rundir.h"
 #include "safetensors.h"
+#include "zmsg.h"
+#include <zmq.h>
 
 static char model_dir[512];
 
@@ -605,16 +608,62 @@ static pid_t spawn_fetcher(const char *run_dir, const char *fault)
     return pid;
 }
 
-static char *call(const char *run_dir, enum dsv4_fetcher_cmd cmd, int layer, int expert)
+/* The supervisor's side of the control channel: a ROUTER on RUN_DIR/ctl.sock. */
+struct sup {
+    void *zctx, *router;
+    struct dsv4_stats_shm *page;
+    struct dsv4_zin in;
+};
+
+static void sup_open(struct sup *u, const char *run_dir)
 {
-    struct dsv4_fetcher_msg m = { cmd, layer, expert };
-    char *reply = NULL;
+    memset(u, 0, sizeof(*u));
     struct dsv4_err err;
-    for (int i = 0; i < 20 && dsv4_fetcher_ctl_call(run_dir, &m, &reply, 1000, &err) < 0; i++)
-        usleep(100000);
-    if (!reply)
+    if (dsv4_stats_create(run_dir, DSV4_ROLE_FETCHER, &u->page, &err) < 0)
         fail_msg("%s", err.msg);
-    return reply;
+    char ep[DSV4_PATH_MAX];
+    assert_int_equal(dsv4_rundir_endpoint(run_dir, "ctl", ep, &err), 0);
+    u->zctx = dsv4_zctx_new();
+    u->router = dsv4_zsock(u->zctx, ZMQ_ROUTER, NULL);
+    assert_int_equal(zmq_bind(u->router, ep), 0);
+}
+
+static void sup_close(struct sup *u, const char *run_dir)
+{
+    zmq_close(u->router);
+    zmq_ctx_term(u->zctx);
+    dsv4_zin_free(&u->in);
+    dsv4_stats_unmap(u->page);
+    dsv4_stats_unlink(run_dir, DSV4_ROLE_FETCHER);
+}
+
+/* Next message from the fetcher of type `type` (others, e.g. HEARTBEAT, are skipped). */
+static struct dsv4_msg sup_expect(struct sup *u, int type, int timeout_ms)
+{
+    uint64_t t0 = dsv4_now_ns();
+    while ((dsv4_now_ns() - t0) / 1000000 < (uint64_t)timeout_ms) {
+        zmq_pollitem_t it = { u->router, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        if (dsv4_zrecv(u->router, &u->in, 1, 1) < 0)
+            continue;
+        struct dsv4_msg m;
+        struct dsv4_err err;
+        int errc;
+        assert_int_equal(dsv4_wire_decode(u->in.buf, u->in.len, &m, &errc, &err), 0);
+        if (m.type == type)
+            return m;
+    }
+    fail_msg("no %s from the fetcher in %d ms", dsv4_wire_type_name(type), timeout_ms);
+    return (struct dsv4_msg){ 0 };
+}
+
+static void sup_send(struct sup *u, int type, const void *body, size_t n)
+{
+    struct dsv4_wire_buf b = { 0 };
+    dsv4_wire_simple(&b, type, body, n);
+    assert_int_equal(dsv4_zsend(u->router, "fetcher", 7, &b, 0), 0);
+    dsv4_wire_buf_free(&b);
 }
 
 struct acq {
@@ -637,14 +686,18 @@ static void test_daemon_kill9_restart(void **state)
     memset(&x, 0, sizeof(x));
     make_run_dir(x.run_dir, sizeof(x.run_dir));
     assert_int_equal(dsv4_checkpoint_open(model_dir, &x.ck, NULL), 0);
+    struct sup u;
+    sup_open(&u, x.run_dir);
     /* Every completion arrives 150 ms late, so the load is surely in flight at the kill. */
     pid_t pid = spawn_fetcher(x.run_dir, "delay:150");
+    struct dsv4_msg m = sup_expect(&u, DSV4_MSG_READY, 20000);
+    const struct dsv4_msg_ready *rd = m.body;
+    assert_int_equal(rd->pid, (uint32_t)pid);
+    assert_int_equal(rd->role, DSV4_ROLE_FETCHER);
+    assert_int_equal(atomic_load(&u.page->state), DSV4_STATE_READY);
     struct dsv4_err err;
     if (dsv4_fetcher_client_open(x.run_dir, 20000, &x.c, &err) < 0)
         fail_msg("%s", err.msg);
-    char *h = call(x.run_dir, DSV4_FETCHER_CMD_HEALTH, 0, 0);
-    assert_non_null(strstr(h, "\"state\":\"ready\""));
-    free(h);
     struct dsv4_expert_shm *s = dsv4_fetcher_client_shm(x.c);
     struct acq a = { .c = x.c, .layer = 2, .id = 3 };
     pthread_t th;
@@ -666,6 +719,12 @@ static void test_daemon_kill9_restart(void **state)
     assert_int_equal(DSV4_SLOT_STATE(atomic_load(&dsv4_expert_shm_slots(s)[loading].word)),
                      DSV4_SLOT_LOADING);
     pid = spawn_fetcher(x.run_dir, NULL);
+    m = sup_expect(&u, DSV4_MSG_READY, 20000);
+    /* a heartbeat follows from the control thread, carrying the fetcher's pid and role */
+    m = sup_expect(&u, DSV4_MSG_HEARTBEAT, 5000);
+    const struct dsv4_msg_heartbeat *hb = m.body;
+    assert_int_equal(hb->pid, (uint32_t)pid);
+    assert_int_equal(hb->role, DSV4_ROLE_FETCHER);
     pthread_join(th, NULL);
     if (a.rc < 0)
         fail_msg("%s", a.err.msg);
@@ -675,22 +734,35 @@ static void test_daemon_kill9_restart(void **state)
     dsv4_fetcher_client_release(x.c, 2, &a.id, 1);
     assert_int_equal(atomic_load(&s->stats.restarts), 1);
     assert_true(atomic_load(&s->stats.discarded_loading) >= 1);
-    char *st = call(x.run_dir, DSV4_FETCHER_CMD_STATS, 0, 0);
-    assert_non_null(strstr(st, "\"restarts\":1"));
-    free(st);
-    char *p = call(x.run_dir, DSV4_FETCHER_CMD_PIN, 99, 0);
-    assert_non_null(strstr(p, "\"ok\":false"));
-    free(p);
-    char *d = call(x.run_dir, DSV4_FETCHER_CMD_SHUTDOWN, 0, 0);
-    assert_non_null(strstr(d, "\"ok\":true"));
-    free(d);
+    /* controls: a pin of a layer that does not exist is refused with its reason ... */
+    struct dsv4_msg_fetcher_pin pin = { .seq = 41, .layer = 99, .expert = 0, .pin = 1 };
+    sup_send(&u, DSV4_MSG_FETCHER_PIN, &pin, sizeof(pin));
+    m = sup_expect(&u, DSV4_MSG_ERROR, 5000);
+    const struct dsv4_msg_error *e = m.body;
+    assert_int_equal(e->id, 41);
+    assert_int_equal(e->code, DSV4_WE_INVALID);
+    /* ... a real one is acknowledged and keeps the expert resident */
+    pin = (struct dsv4_msg_fetcher_pin){ .seq = 42, .layer = 1, .expert = 2, .pin = 1 };
+    sup_send(&u, DSV4_MSG_FETCHER_PIN, &pin, sizeof(pin));
+    m = sup_expect(&u, DSV4_MSG_ACK, 5000);
+    assert_int_equal(((const struct dsv4_msg_ack *)m.body)->seq, 42);
+    for (int i = 0; i < 500 && atomic_load(&s->stats.pinned) != 1; i++)
+        usleep(10000);     /* the pin completes once its load has */
+    assert_int_equal(atomic_load(&s->stats.pinned), 1);
+    struct dsv4_msg_fetcher_save_hot sh = { .seq = 43 };
+    sup_send(&u, DSV4_MSG_FETCHER_SAVE_HOT, &sh, sizeof(sh));
+    m = sup_expect(&u, DSV4_MSG_ACK, 5000);
+    assert_int_equal(((const struct dsv4_msg_ack *)m.body)->seq, 43);
+    struct dsv4_msg_stop stop = { 0, 0 };
+    sup_send(&u, DSV4_MSG_STOP, &stop, sizeof(stop));
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     char name[64];
     assert_int_equal(dsv4_eshm_name(x.run_dir, name, sizeof(name), NULL), 0);
-    assert_int_equal(shm_open(name, O_RDONLY, 0), -1); /* removed on shutdown */
+    assert_int_equal(shm_open(name, O_RDONLY, 0), -1); /* removed on STOP */
     dsv4_fetcher_client_free(x.c);
     dsv4_checkpoint_free(x.ck);
+    sup_close(&u, x.run_dir);
     rm_rf(x.run_dir);
 }
 

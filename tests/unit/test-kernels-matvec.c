@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "kernels.h"
+#include "util.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -548,5 +549,18 @@ int main(void)
         PER_TWIN(test_bf16_special),
         cmocka_unit_test(test_dispatch),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* Twins this CPU lacks are left out of the run and named (cmocka would report a skip from
+     * setup as "not ok # SKIP", which TAP readers such as meson count as a failure). */
+    struct CMUnitTest run[DSV4_ARRAY_SIZE(tests)];
+    size_t n = 0;
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(tests); i++) {
+        const enum dsv4_isa *isa = tests[i].initial_state;
+        if (isa && !dsv4_kernel_ops_for(*isa)) {
+            printf("# %s: no %s on this CPU, not run\n", tests[i].name,
+                   *isa == DSV4_ISA_AVX512 ? "AVX-512" : "AVX2");
+            continue;
+        }
+        run[n++] = tests[i];
+    }
+    return _cmocka_run_group_tests("kernels-matvec", run, n, NULL, NULL);
 }

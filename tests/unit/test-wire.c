@@ -20,7 +20,6 @@
 #include <cmocka.h>
 
 #include "dsv4_wire.h"
-#include "engine.h"
 #include "sampling.h"
 
 static int decode(struct dsv4_wire_buf *b, struct dsv4_msg *m, int *errc)

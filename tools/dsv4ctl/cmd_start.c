@@ -2,23 +2,24 @@
 /*
  * `dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N]
  * [--threads N] [--run-dir DIR] [--metrics-addr HOST:PORT | --no-metrics]
- * [--watchdog-s N] [--stall-s N] [--foreground]`: makes the memory plan
+ * [--watchdog-s N] [--stall-s N] [--foreground] [--dspark]`: makes the memory plan
  * (common/plan.h; refused with the minimum when the budget cannot run the
- * model, exit 69) and runs the supervisor (supervisor.c), which hands the
- * plan's cache and session budgets to the daemons. By default it forks the
- * supervisor into its own session (log: RUN_DIR/supervisor.log) and returns
- * 0 only once every daemon is ready, else prints the reason and exits 69.
- * --foreground supervises in this process until SIGTERM, every daemon's log
- * lines also on stderr.
- * The supervisor serves Prometheus /metrics (metrics.c) on --metrics-addr
+ * model, exit 69) and execs dsv4-supervisor (daemons/supervisor/) with the plan's cache and
+ * session budgets on its command line. By default the supervisor is forked into its own
+ * session (log: RUN_DIR/supervisor.log) and `start` returns 0 only once every daemon is
+ * ready, else prints the reason and exits 69. --foreground execs the supervisor in this
+ * process (it stays attached until SIGTERM, every daemon's log lines also on stderr).
+ * The supervisor serves Prometheus /metrics on --metrics-addr
  * (default 127.0.0.1:9464; port 0 picks one; the address bound is in
  * RUN_DIR/metrics-addr).
  * --watchdog-s (default 30) and --stall-s (default 600; 0 turns either off)
  * bound how long a daemon may go without a heartbeat, or compute without
  * progress while it has work, before the supervisor kills and restarts it.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +28,42 @@
 
 #include "dsv4ctl.h"
 #include "err.h"
-#include "plan.h"
 #include "metrics.h"
+#include "parse.h"
+#include "plan.h"
 #include "rundir.h"
-#include "supervisor.h"
+
+/* The supervisor's command line: every value as text, the strings owned by `a`. */
+struct sv_argv {
+    char *v[40];
+    int n;
+    char num[12][32];
+    int n_num;
+};
+
+static void add(struct sv_argv *a, const char *s)
+{
+    if (a->n >= (int)DSV4_ARRAY_SIZE(a->v) - 1)
+        dsv4_die("dsv4ctl start: supervisor command line too long");
+    a->v[a->n++] = (char *)s;
+    a->v[a->n] = NULL;
+}
+
+static void add_num(struct sv_argv *a, const char *opt, const char *fmt, ...)
+    DSV4_PRINTF(3, 4);
+
+static void add_num(struct sv_argv *a, const char *opt, const char *fmt, ...)
+{
+    if (a->n_num >= (int)DSV4_ARRAY_SIZE(a->num))
+        dsv4_die("dsv4ctl start: too many numeric options");
+    char *buf = a->num[a->n_num++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(a->num[0]), fmt, ap);
+    va_end(ap);
+    add(a, opt);
+    add(a, buf);
+}
 
 int dsv4ctl_start(int argc, char **argv)
 {
@@ -51,31 +84,42 @@ int dsv4ctl_start(int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
-    struct supervisor_opts o = { .threads = dsv4ctl_default_threads(),
-                                 .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
-                                 .watchdog_s = 30, .stall_s = 600 };
-    long long max_ctx = 0;
-    bool fg = false;
-    int c;
+    const char *me = "dsv4ctl start", *model = NULL, *run_dir = NULL;
+    const char *metrics_addr = DSV4_METRICS_DEFAULT_ADDR, *watchdog = "30", *stall = "600";
+    bool metrics_explicit = false, fg = false, dspark = false;
+    int threads = dsv4ctl_default_threads(), sessions = 0, r = 0, c;
+    double memory_gb = 0, tmp;
+    int64_t max_ctx = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
-        case 'm': o.model = optarg; break;
-        case 'r': o.run_dir = optarg; break;
-        case 't': o.threads = atoi(optarg); break;
-        case 'g': o.memory_gb = atof(optarg); break;
-        case 'c': max_ctx = atoll(optarg); break;
-        case 's': o.sessions = atoi(optarg); break;
-        case 'f': fg = true; break;
-        case 'D': o.dspark = true; break;
-        case 'E': o.dspark = false; break;
-        case 'M':
-            o.metrics_addr = optarg;
-            o.metrics_explicit = true;
+        case 'm': model = optarg; break;
+        case 'r': run_dir = optarg; break;
+        case 't': r = dsv4_parse_int_opt(me, "threads", optarg, 1, 4096, &threads); break;
+        case 'g': r = dsv4_parse_double_opt(me, "memory-gb", optarg, 0, 1 << 24, &memory_gb);
             break;
-        case 'N': o.metrics_addr = NULL; break;
-        case 'w': o.watchdog_s = atof(optarg); break;
-        case 'S': o.stall_s = atof(optarg); break;
+        case 'c':
+            if ((r = dsv4_parse_i64(optarg, 0, INT32_MAX, &max_ctx)) < 0)
+                fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me,
+                        optarg, INT32_MAX);
+            break;
+        case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
+        case 'f': fg = true; break;
+        case 'D': dspark = true; break;
+        case 'E': dspark = false; break;
+        case 'M':
+            metrics_addr = optarg;
+            metrics_explicit = true;
+            break;
+        case 'N': metrics_addr = NULL; break;
+        case 'w':
+            r = dsv4_parse_double_opt(me, "watchdog-s", optarg, 0, 1e6, &tmp);
+            watchdog = optarg;
+            break;
+        case 'S':
+            r = dsv4_parse_double_opt(me, "stall-s", optarg, 0, 1e7, &tmp);
+            stall = optarg;
+            break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
                    "[--threads N] [--run-dir DIR]\n"
@@ -88,57 +132,94 @@ int dsv4ctl_start(int argc, char **argv)
         default: return DSV4_EXIT_USAGE;
         }
     }
-    if (!o.model || o.threads < 1 || o.memory_gb < 0 || max_ctx < 0 || o.sessions < 0 ||
-        !(o.watchdog_s >= 0) || !(o.stall_s >= 0)) {
-        fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
-                        "--watchdog-s and --stall-s >= 0)\n");
+    if (r < 0)
+        return DSV4_EXIT_USAGE;
+    if (!model || optind != argc) {
+        fprintf(stderr, "%s: --model DIR is required\n", me);
         return DSV4_EXIT_USAGE;
     }
-    if (access(o.model, R_OK) != 0) {
-        fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
+    if (access(model, R_OK) != 0) {
+        fprintf(stderr, "%s: model %s: not readable\n", me, model);
         return DSV4_EXIT_NOINPUT;
     }
     struct dsv4_plan plan;
     struct dsv4_err err;
-    int prc = dsv4ctl_make_plan(o.model, o.memory_gb, max_ctx, o.sessions, o.threads, o.dspark,
-                                &plan, &err);
+    int prc = dsv4ctl_make_plan(model, memory_gb, max_ctx, sessions, threads, dspark, &plan, &err);
     if (prc != DSV4_EXIT_OK) {
-        fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
+        fprintf(stderr, "%s: %s\n", me, err.msg);
         return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
     }
-    o.budget_bytes = plan.budget;
-    o.cache_bytes = plan.cache_bytes;
-    o.session_bytes = plan.sessions_total;
-    o.drafter_cache_bytes = plan.drafter_cache;
-    o.sessions = plan.o.sessions;
-    o.foreground = fg;
-    if (fg)
-        return dsv4_supervise(&o, -1);
-    char dir[DSV4_PATH_MAX];
-    dsv4_rundir_resolve(o.run_dir, dir);
+    char exe[DSV4_PATH_MAX], dir[DSV4_PATH_MAX];
+    if (!dsv4_daemon_exe("dsv4-supervisor", exe, sizeof(exe))) {
+        fprintf(stderr, "%s: dsv4-supervisor not found next to dsv4ctl (or $DSV4_LIBEXEC_DIR)\n",
+                me);
+        return DSV4_EXIT_NOINPUT;
+    }
+    dsv4_rundir_resolve(run_dir, dir);
+    struct sv_argv a = { .n = 0 };
+    add(&a, exe);
+    add(&a, "--model");
+    add(&a, model);
+    add(&a, "--run-dir");
+    add(&a, dir);
+    add_num(&a, "--threads", "%d", threads);
+    add_num(&a, "--memory-gb", "%.17g", memory_gb);
+    add_num(&a, "--budget-bytes", "%llu", (unsigned long long)plan.budget);
+    add_num(&a, "--cache-bytes", "%llu", (unsigned long long)plan.cache_bytes);
+    add_num(&a, "--session-bytes", "%llu", (unsigned long long)plan.sessions_total);
+    add_num(&a, "--drafter-cache-bytes", "%llu", (unsigned long long)plan.drafter_cache);
+    add_num(&a, "--sessions", "%d", plan.o.sessions);
+    if (metrics_addr) {
+        add(&a, "--metrics-addr");
+        add(&a, metrics_addr);
+        if (metrics_explicit)
+            add(&a, "--metrics-required");
+    } else {
+        add(&a, "--no-metrics");
+    }
+    add(&a, "--watchdog-s");
+    add(&a, watchdog);
+    add(&a, "--stall-s");
+    add(&a, stall);
+    if (dspark)
+        add(&a, "--dspark");
+    fflush(NULL);
+    if (fg) {
+        add(&a, "--foreground");
+        execv(exe, a.v);
+        fprintf(stderr, "%s: exec %s: %s\n", me, exe, strerror(errno));
+        return DSV4_EXIT_OSERR;
+    }
     if (dsv4_rundir_create(dir, &err) < 0) {
-        fprintf(stderr, "dsv4ctl start: %s\n", err.msg);
-        return 77;
+        fprintf(stderr, "%s: %s\n", me, err.msg);
+        return DSV4_EXIT_NOPERM;
     }
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
-        return DSV4_EXIT_SOFTWARE;
-    fflush(NULL);
+        return DSV4_EXIT_OSERR;
     pid_t pid = fork();
     if (pid < 0)
-        return 71;
+        return DSV4_EXIT_OSERR;
     if (pid == 0) {     /* the supervisor: own session, log file, no terminal */
         close(p[0]);
         setsid();
         char log[DSV4_PATH_MAX + 32];
         snprintf(log, sizeof(log), "%s/supervisor.log", dir);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-        dup2(nul, 0);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        o.run_dir = dir;
-        _exit(dsv4_supervise(&o, p[1]));
+        if (nul >= 0)
+            dup2(nul, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        int ready = fcntl(p[1], F_DUPFD, 3);    /* without O_CLOEXEC: it crosses the exec */
+        if (ready < 0)
+            _exit(DSV4_EXIT_OSERR);
+        add_num(&a, "--ready-fd", "%d", ready);
+        execv(exe, a.v);
+        dprintf(ready, "error: exec %s: %s\n", exe, strerror(errno));
+        _exit(DSV4_EXIT_OSERR);
     }
     close(p[1]);
     char buf[1300] = { 0 };
@@ -152,6 +233,6 @@ int dsv4ctl_start(int argc, char **argv)
         return DSV4_EXIT_OK;
     }
     waitpid(pid, NULL, WNOHANG);
-    fprintf(stderr, "dsv4ctl start: %s", n ? buf : "supervisor exited without a word\n");
+    fprintf(stderr, "%s: %s", me, n ? buf : "supervisor exited without a word\n");
     return DSV4_EXIT_UNAVAILABLE;
 }

@@ -10,16 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-enum {
-    DSV4_EXIT_OK = 0,
-    DSV4_EXIT_FAIL = 1,       /* the check ran and found problems */
-    DSV4_EXIT_USAGE = 64,
-    DSV4_EXIT_DATAERR = 65,
-    DSV4_EXIT_NOINPUT = 66,
-    DSV4_EXIT_UNAVAILABLE = 69,
-    DSV4_EXIT_SOFTWARE = 70,
-    DSV4_EXIT_IOERR = 74,
-};
+#include "exitcode.h"
 
 struct dsv4ctl_command {
     const char *name;

@@ -4,7 +4,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "engine.h"
 #include "sampling.h"
 #include "util.h"
 
@@ -88,4 +87,24 @@ int32_t dsv4_sample(const float *logits, int n, const struct dsv4_sampling *p, u
     }
     free(ids);
     return pick;
+}
+
+int32_t dsv4_argmax(const float *logits, int n)
+{
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    return best;
+}
+
+double dsv4_log_softmax_at(const float *logits, int n, int32_t token)
+{
+    double mx = logits[0];
+    for (int i = 1; i < n; i++)
+        mx = fmax(mx, logits[i]);
+    double sum = 0.0;
+    for (int i = 0; i < n; i++)
+        sum += exp((double)logits[i] - mx);
+    return (double)logits[token] - mx - log(sum);
 }

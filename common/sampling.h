@@ -21,3 +21,7 @@ struct dsv4_sampling {
 double dsv4_sample_uniform(uint64_t seed, uint64_t index);
 /* Choose a token from logits[0..n) for generated token number `index`. */
 int32_t dsv4_sample(const float *logits, int n, const struct dsv4_sampling *p, uint64_t index);
+/* Greedy choice with the documented tie rule (lower id wins). */
+int32_t dsv4_argmax(const float *logits, int n);
+/* log-softmax of logits[token] over n entries (fp64 accumulation). */
+double dsv4_log_softmax_at(const float *logits, int n, int32_t token);

@@ -40,5 +40,3 @@ struct supervisor_opts {
  * Returns a process exit status.
  */
 int dsv4_supervise(const struct supervisor_opts *o, int ready_fd);
-/* Path of a daemon executable next to dsv4ctl (installed) or in the build tree; NULL if none. */
-const char *dsv4_daemon_exe(const char *name, char *buf, size_t n);

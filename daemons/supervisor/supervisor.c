@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The daemon supervisor (supervisor.h). */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -19,7 +20,7 @@
 
 #include "daemon.h"
 #include "dsv4_wire.h"
-#include "fetcher_client.h"
+#include "exitcode.h"
 #include "fetcher_shm.h"
 #include "log.h"
 #include "metrics.h"
@@ -57,32 +58,6 @@ struct sv {
     struct dsv4_metrics *metrics;
     char metrics_addr[128];     /* bound address, "" when none */
 };
-
-const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
-{
-    char self[DSV4_PATH_MAX];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (k <= 0)
-        return NULL;
-    self[k] = '\0';
-    const char *env = getenv("DSV4_LIBEXEC_DIR"), *dir = dirname(self);
-    /* $DSV4_LIBEXEC_DIR, next to dsv4ctl (installed), the build tree */
-    for (int i = 0; i < 4; i++) {
-        if (i == 0 && !env)
-            continue;
-        if (i == 0)
-            snprintf(buf, n, "%s/%s", env, name);
-        else if (i == 1)
-            snprintf(buf, n, "%s/%s", dir, name);
-        else if (i == 2)
-            snprintf(buf, n, "%s/../../daemons/%s", dir, name);
-        else
-            snprintf(buf, n, "%s/../../daemons/fetcher/%s", dir, name);
-        if (access(buf, X_OK) == 0)
-            return buf;
-    }
-    return NULL;
-}
 
 static void say(int *fd, const char *fmt, ...)
 {
@@ -131,7 +106,8 @@ static int spawn(struct sv *s, struct child *c)
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
         setenv("DSV4_SUPERVISED", "1", 1);
-        char *argv[16] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
+        /* 5 fixed + at most 10 per role + NULL; every option appended, never overwritten */
+        char *argv[32] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
         char **a = argv + 5;
         bool fetcher = s->ch[DSV4_ROLE_FETCHER].present;
         if (c->role == DSV4_ROLE_FETCHER && s->o->cache_bytes) {   /* the plan's cache */
@@ -165,10 +141,11 @@ static int spawn(struct sv *s, struct child *c)
             }
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
-            argv[5] = "--dspark";
+            *a++ = "--dspark";
+        assert(a < argv + DSV4_ARRAY_SIZE(argv));
         execv(c->exe, argv);
         fprintf(stderr, "exec %s: %s\n", c->exe, strerror(errno));
-        _exit(127);
+        _exit(DSV4_EXIT_NOINPUT);
     }
     c->pid = pid;
     c->ready = false;
@@ -269,7 +246,7 @@ static void reap(struct sv *s, int *ready_fd)
             int recent = 0;
             for (int i = 0; i < CRASH_LOOP_N && i < c->n_fail; i++)
                 recent += now - c->fail_ns[i] < CRASH_LOOP_WINDOW_NS;
-            if ((WIFEXITED(st) && WEXITSTATUS(st) == 78) || recent >= CRASH_LOOP_N) {
+            if ((WIFEXITED(st) && WEXITSTATUS(st) == DSV4_EXIT_CONFIG) || recent >= CRASH_LOOP_N) {
                 atomic_store(&c->stats->state, DSV4_STATE_FAILED);
                 say(ready_fd, "error: %s[%d] %s%s; not restarting (see %s/%s.log)",
                     dsv4_role_name(r), (int)pid, why,
@@ -299,16 +276,16 @@ static void reap(struct sv *s, int *ready_fd)
  * in hand (its `active` gauge) or requests running in the scheduler, which
  * always has a command out to compute then. Killing compute is also the
  * remedy when the scheduler lost a reply: PEER_RESTARTED makes it replay.
- * The scheduler's loop never blocks, so its heartbeats are enough. The
- * fetcher does not speak on ctl.sock (its readiness is its segment's), so
- * only compute and the scheduler are watched.
+ * The scheduler's loop never blocks, so its heartbeats are enough; the
+ * fetcher heartbeats from its control thread (a stopped or hung process goes
+ * quiet; its I/O thread is bounded by the kernel's reads).
  */
 static void watchdog(struct sv *s, uint64_t now)
 {
     uint64_t hb_ns = (uint64_t)(s->o->watchdog_s * 1e9), stall_ns = (uint64_t)(s->o->stall_s * 1e9);
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
         struct child *c = &s->ch[r];
-        if (r == DSV4_ROLE_FETCHER || !c->pid || !c->ready || c->killed)
+        if (!c->pid || !c->ready || c->killed)
             continue;
         uint64_t progress = atomic_load(&c->stats->progress);
         bool work = r == DSV4_ROLE_COMPUTE &&
@@ -355,18 +332,6 @@ static void turn(struct sv *s, int timeout_ms, int *ready_fd)
         handle_signals(s, ready_fd);
     if (it[0].revents & ZMQ_POLLIN)
         on_ctl(s);
-    struct child *fc = &s->ch[DSV4_ROLE_FETCHER];
-    if (fc->pid && !fc->ready) {    /* the fetcher says READY in its segment, not on ctl */
-        dsv4_fetcher_client *probe;
-        if (dsv4_fetcher_client_open(s->dir, 1, &probe, NULL) == 0) {
-            dsv4_fetcher_client_free(probe);
-            fc->ready = true;
-            atomic_store(&fc->stats->state, DSV4_STATE_READY);
-            dsv4_log_info("supervisor", "fetcher[%d] ready", (int)fc->pid);
-            if (atomic_load(&fc->stats->restarts) > 0)
-                notify_peers(s, DSV4_ROLE_FETCHER);
-        }
-    }
     uint64_t now = dsv4_now_ns();
     watchdog(s, now);
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
@@ -488,7 +453,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     char path[DSV4_PATH_MAX + 32], ep[DSV4_PATH_MAX];
     if (dsv4_rundir_create(s.dir, &err) < 0 || dsv4_rundir_endpoint(s.dir, "compute", ep, &err) < 0) {
         say(&ready_fd, "error: run dir: %s", err.msg);
-        return 77;
+        return DSV4_EXIT_NOPERM;
     }
     snprintf(path, sizeof(path), "%s/supervisor.lock", s.dir);
     s.lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -497,7 +462,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
             dsv4_rundir_supervisor_pid(s.dir));
         if (s.lockfd >= 0)
             close(s.lockfd);
-        return 69;
+        return DSV4_EXIT_UNAVAILABLE;
     }
     if (ftruncate(s.lockfd, 0) == 0)
         dprintf(s.lockfd, "%d\n", (int)getpid());
@@ -518,7 +483,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
         c->present = dsv4_daemon_exe(exes[r], c->exe, sizeof(c->exe)) != NULL;
         if (dsv4_stats_create(s.dir, r, &c->stats, &err) < 0) {
             say(&ready_fd, "error: %s", err.msg);
-            rc = 71;
+            rc = DSV4_EXIT_OSERR;
             goto out;
         }
         atomic_store(&c->stats->state, DSV4_STATE_DOWN);
@@ -526,19 +491,19 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
         if (r == DSV4_ROLE_COMPUTE)
             atomic_store(&c->stats->mem_budget_bytes, o->budget_bytes);
         if (!c->present && r != DSV4_ROLE_FETCHER) {
-            say(&ready_fd, "error: %s not found next to dsv4ctl", exes[r]);
-            rc = 66;
+            say(&ready_fd, "error: %s not found next to dsv4-supervisor", exes[r]);
+            rc = DSV4_EXIT_NOINPUT;
             goto out;
         }
     }
     if (start_metrics(&s, &ready_fd) < 0) {
-        rc = 71;
+        rc = DSV4_EXIT_OSERR;
         goto out;
     }
     char model[DSV4_PATH_MAX];
     if (!realpath(o->model, model)) {
         say(&ready_fd, "error: model %s: %s", o->model, strerror(errno));
-        rc = 66;
+        rc = DSV4_EXIT_NOINPUT;
         goto out;
     }
     snprintf(path, sizeof(path), "%s/model", s.dir);
@@ -552,7 +517,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     dsv4_rundir_endpoint(s.dir, "ctl", ep, &err);
     if (zmq_bind(s.ctl, ep) < 0) {
         say(&ready_fd, "error: bind %s: %s", ep, zmq_strerror(errno));
-        rc = 71;
+        rc = DSV4_EXIT_OSERR;
         goto out;
     }
     for (int r = 0; r < DSV4_ROLE_COUNT && !s.stopping; r++) {
@@ -585,7 +550,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     stop_all(&s);
     for (int r = 0; r < DSV4_ROLE_COUNT; r++)
         if (s.ch[r].stats && atomic_load(&s.ch[r].stats->state) == DSV4_STATE_FAILED)
-            rc = 69;
+            rc = DSV4_EXIT_UNAVAILABLE;
 out:
     if (ready_fd >= 0)
         say(&ready_fd, "error: supervisor exiting");
