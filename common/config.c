@@ -72,7 +72,7 @@ static const struct field fields[] = {
     { "index_n_heads", "index_n_heads", F_INT, OFF(index_n_heads), 1, 4096, true, false, 0 },
     { "index_head_dim", "index_head_dim", F_INT, OFF(index_head_dim), 1, 16384, true, false, 0 },
     { "index_topk", "index_topk", F_INT, OFF(index_topk), 1, 1 << 24, true, false, 0 },
-    { "hc_mult", "hc_mult", F_INT, OFF(hc_mult), 1, 16, true, false, 0 },
+    { "hc_mult", "hc_mult", F_INT, OFF(hc_mult), 1, DSV4_CONFIG_MAX_HC_MULT, true, false, 0 },
     { "hc_sinkhorn_iters", "hc_sinkhorn_iters", F_INT, OFF(hc_sinkhorn_iters), 1, 1000, true,
       false, 0 },
     /* eps: absent from the inference JSON; the official ModelArgs default is 1e-6. */

@@ -14,6 +14,7 @@
 #include "err.h"
 
 #define DSV4_CONFIG_MAX_LAYERS 1024
+#define DSV4_CONFIG_MAX_HC_MULT 8     /* the engine's mHC mix is sized for (2 + 8) * 8 */
 
 enum dsv4_attn_kind {
     DSV4_ATTN_WINDOW,  /* compress ratio 0: sliding window only */

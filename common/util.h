@@ -17,6 +17,8 @@
 #define DSV4_ALIGN_UP(x, a) (((x) + ((a) - 1)) / (a) * (a))
 #define DSV4_CONTAINER_OF(p, type, member) \
     ((type *)(void *)((char *)(p) - offsetof(type, member)))
+#define DSV4_STRINGIFY_(x) #x
+#define DSV4_STRINGIFY(x) DSV4_STRINGIFY_(x)
 #define DSV4_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define DSV4_NORETURN __attribute__((noreturn))
 #define DSV4_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -82,6 +82,32 @@
 #define DSV4_EXPERT_DATA_ALIGN (2u << 20)
 #define DSV4_EXPERT_RING_SIZE 1024u /* power of two */
 
+/*
+ * Pinning: by default the fetcher may keep a quarter of its slots pinned (the learned hot
+ * set), and never all of them; so a client never leases more than the unpinned rest at once
+ * (0 = no limit: the unpinned slots hold every routed expert of a layer). The fetcher, the
+ * compute daemon and the memory plan all use these two.
+ */
+static inline uint32_t dsv4_expert_pin_slots_default(uint32_t n_slots)
+{
+    return n_slots / 4;
+}
+
+static inline int dsv4_expert_max_lease(uint64_t n_slots, int n_routed_experts)
+{
+    uint64_t free_slots = n_slots - n_slots / 4;
+    if (free_slots >= (uint64_t)n_routed_experts)
+        return 0;
+    return free_slots > 1 ? (int)free_slots : 1;
+}
+
+/* A slot holds the expert's tensors read as O_DIRECT-aligned spans (≤ 2 pages more each). */
+static inline uint64_t dsv4_expert_slot_bytes_for(uint64_t expert_bytes)
+{
+    uint64_t a = DSV4_EXPERT_DIO_ALIGN;
+    return (expert_bytes + 2 * a * DSV4_EXPERT_TENSORS + a - 1) / a * a;
+}
+
 /* Tensor index inside a slot (the engine's w1/w3/w2 order, weight then scale). */
 enum dsv4_expert_tensor {
     DSV4_EXPERT_W1,

@@ -29,6 +29,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 #define DSV4_WIRE_MAX_STOP_BYTES 4096
 #define DSV4_WIRE_MAX_TEXT 1024
 #define DSV4_WIRE_MAX_LOGITS (1 << 22)
+#define DSV4_WIRE_MAX_ALL_ROWS 256      /* rows with results (DSV4_FWD_ALL_ROWS) per FORWARD */
 
 struct dsv4_msg_hdr {
     uint32_t magic;

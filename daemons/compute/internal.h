@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "session_layout.h"
 #include "expert.h"
 #include "kernels.h"
 #include "safetensors.h"
@@ -99,36 +100,11 @@ struct layer_state {
     int cin_cap, max_rows;
 };
 
+/* The scratch arrays, one field per entry of common/session_layout.h's list. */
 struct scratch {
-    float *x;           /* [n][hc*dim] streams */
-    float *y, *a;       /* [n][dim] */
-    float *xq;          /* [n][max_in] quantised copy of a linear's input */
-    float *post, *comb; /* [n][hc], [n][hc*hc] */
-    float *qa, *qr;     /* [n][q_lora] */
-    float *q, *o;       /* [n][H*D] */
-    float *kv;          /* [n][D] */
-    float *low;         /* [n][G*o_lora] */
-    float *out;         /* [n][dim] */
-    float *cproj;       /* [n][2*coff*max_c] compressor projections */
-    float *qi;          /* [n][ih*ihd] */
-    float *wt;          /* [n][ih] */
-    float *iscore;      /* [2 * max_rows] (score, index) pairs */
-    int *sel;           /* [n][max_visible] indices of visible compressed rows */
-    int *nsel;          /* [n] */
-    const float **vis;  /* [n][max_visible + window] visible rows per query */
-    int *nvis;          /* [n] */
-    float *attn_tmp;    /* [n_workers][3*head_dim + 64] double P·V, acc, block scores */
-    float *rlogit;      /* [n][n_routed] */
-    int *rsel;          /* [n][k] routed experts per row */
-    float *rw;          /* [n][k] their weights */
-    float *eout;        /* [n][k][dim] routed expert outputs */
-    int *ids;           /* [n_routed] union of a chunk's experts */
-    int *slot;          /* [n*k] (row, choice) of each gathered row */
-    const struct dsv4_expert_weights **ew;  /* [n_routed] leased experts */
-    float *sout;        /* [n][dim] shared expert output */
-    float *gx;          /* [n*k][dim] gathered rows of one expert */
-    float *g, *u;       /* [n][inter] */
-    float *pooltmp;     /* [2*ratio_max][...] pooling temp */
+#define DSV4_SCRATCH_FIELD(name, type, count) type *name;
+    DSV4_SCRATCH_ARRAYS(DSV4_SCRATCH_FIELD)
+#undef DSV4_SCRATCH_FIELD
 };
 
 struct dsv4_session {

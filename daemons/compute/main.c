@@ -29,7 +29,6 @@
 #include "plan.h"
 
 #define MAX_SESSIONS 64
-#define MAX_ALL_ROWS 256        /* rows with full logits per FORWARD */
 
 struct slot {
     uint64_t id;
@@ -232,8 +231,9 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
     }
     bool all = m->flags & DSV4_FWD_ALL_ROWS;
     uint32_t n = m->n_rows;
-    if (all && n > MAX_ALL_ROWS) {
-        reply_error(c, m->seq, DSV4_WE_RANGE, "too many rows with results (max 256)");
+    if (all && n > DSV4_WIRE_MAX_ALL_ROWS) {
+        reply_error(c, m->seq, DSV4_WE_RANGE, "too many rows with results (max "
+                    DSV4_STRINGIFY(DSV4_WIRE_MAX_ALL_ROWS) ")");
         return;
     }
     int32_t *toks = dsv4_xmalloc(n * sizeof(int32_t));
@@ -496,10 +496,10 @@ int main(int argc, char **argv)
             dsv4_log_info("compute", "expert segment mapped (%.1f MiB) in %.2f s",
                           shm->hdr.size / 1048576.0, (dsv4_now_ns() - t0) / 1e9);
         c.fetched.n_experts = cfg.n_routed_experts;
-        /* Never ask for more than the unpinned slots (a quarter may be pinned). */
+        /* Never ask for more than the unpinned slots (the plan's rule, dsv4_expert_shm.h). */
         uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
-        if (max_lease < 0 && slots - slots / 4 < (uint32_t)cfg.n_routed_experts)
-            eo.max_lease = (int)DSV4_MAX(slots - slots / 4, 1u);
+        if (max_lease < 0)
+            eo.max_lease = dsv4_expert_max_lease(slots, cfg.n_routed_experts);
         c.fetched.d = &c.d;
         c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
                                        sizeof(*c.fetched.store));

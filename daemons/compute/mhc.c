@@ -63,7 +63,7 @@ void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float 
 {
     const struct dsv4_config *c = &e->cfg;
     int hc = c->hc_mult, d = c->dim;
-    float mix[128]; /* hc_mult ≤ 8 is checked at load: (2+8)*8 = 80 */
+    float mix[(2 + DSV4_CONFIG_MAX_HC_MULT) * DSV4_CONFIG_MAX_HC_MULT]; /* config.c bounds hc_mult */
     float hce = (float)c->hc_eps;
     for (int r = 0; r < n; r++) {
         const float *xr = x + (size_t)r * hc * d;

@@ -8,6 +8,7 @@
  * needs, and a rollback is a change of the position counter: exact, O(1).
  * Everything is allocated once in dsv4_session_new.
  */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,16 +17,11 @@
 #include "internal.h"
 #include "util.h"
 
-static void *zalloc(size_t count, size_t size)
+/* One array of the layout (a zero count still allocates one element, as the layout counts). */
+static void *zcount(uint64_t *bytes, uint64_t count, size_t size)
 {
+    *bytes += dsv4_layout_bytes(count, size);
     return dsv4_xcalloc(count ? count : 1, size);
-}
-
-/* zalloc counted in *bytes (common/plan.c computes the same sums from the config). */
-static void *zcount(uint64_t *bytes, size_t count, size_t size)
-{
-    *bytes += (uint64_t)(count ? count : 1) * size;
-    return zalloc(count, size);
 }
 
 int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
@@ -33,97 +29,41 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
 {
     const struct dsv4_config *c = &e->cfg;
     struct dsv4_session_opts o = opts ? *opts : (struct dsv4_session_opts){ 0 };
-    if (o.max_ctx == 0)
-        o.max_ctx = 4096;
-    if (o.chunk == 0)
-        o.chunk = 64;
-    if (o.max_rollback == 0)
-        o.max_rollback = 16;
-    if (o.max_ctx < 1 || o.chunk < 1 || o.max_rollback < 1 || o.chunk > 4096)
-        return dsv4_errf(err, -EINVAL, "session: max_ctx, chunk (≤ 4096) and max_rollback must be positive");
-
+    struct dsv4_session_layout lay, *L = &lay;
+    int rc = dsv4_session_layout(c, o.max_ctx, o.chunk, o.max_rollback, dsv4_pool_size(e->pool),
+                                 L, err);
+    if (rc < 0)
+        return rc;
     dsv4_session *s = dsv4_xcalloc(1, sizeof(*s));
     s->e = e;
-    s->max_ctx = o.max_ctx;
-    s->chunk = o.chunk;
-    s->max_rollback = o.max_rollback;
+    s->max_ctx = L->max_ctx;
+    s->chunk = L->chunk;
+    s->max_rollback = L->max_rollback;
     s->la_layer = -1;
-    int slack = DSV4_MAX(o.chunk, o.max_rollback);
-    s->ring_cap = c->window + slack;
-    int n = o.chunk, L = c->n_layers, D = c->head_dim;
-    int max_ratio = 1, max_c = 1, max_csa_rows = 1;
-    s->max_visible = 1;
-    s->ls = zalloc((size_t)L, sizeof(*s->ls));
-    for (int l = 0; l < L; l++) {
-        const struct layer_w *lw = &e->layers[l];
+    s->ring_cap = L->ring_cap;
+    s->max_visible = L->max_visible;
+    s->ls = dsv4_xcalloc((size_t)DSV4_MAX(c->n_layers, 1), sizeof(*s->ls));
+    for (int l = 0; l < c->n_layers; l++) {
         struct layer_state *st = &s->ls[l];
-        st->ring = zcount(&s->state_bytes, (size_t)s->ring_cap * D, sizeof(float));
-        if (lw->kind == DSV4_ATTN_WINDOW)
+        struct dsv4_layer_layout ll;
+        dsv4_layer_layout(c, L, l, &ll);
+        st->max_rows = ll.max_rows;
+        st->cin_cap = ll.cin_cap;
+        st->ring = zcount(&s->state_bytes, ll.ring, sizeof(float));
+        if (c->layer_kind[l] == DSV4_ATTN_WINDOW)
             continue;
-        int r = lw->ratio;
-        st->max_rows = (int)(o.max_ctx / r);
-        st->cin_cap = lw->comp.coff * r + slack;
-        st->cin = zcount(&s->state_bytes, (size_t)st->cin_cap * 2 * lw->comp.coff * lw->comp.c,
-                         sizeof(float));
-        st->rows = zcount(&s->state_bytes, (size_t)st->max_rows * D, sizeof(float));
-        max_ratio = DSV4_MAX(max_ratio, lw->comp.coff * r);
-        max_c = DSV4_MAX(max_c, lw->comp.coff * lw->comp.c);
-        if (lw->kind == DSV4_ATTN_CSA) {
-            st->icin = zcount(&s->state_bytes,
-                              (size_t)st->cin_cap * 2 * lw->icomp.coff * lw->icomp.c,
-                              sizeof(float));
-            st->irows = zcount(&s->state_bytes, (size_t)st->max_rows * c->index_head_dim,
-                               sizeof(float));
-            max_c = DSV4_MAX(max_c, lw->icomp.coff * lw->icomp.c);
-            max_csa_rows = DSV4_MAX(max_csa_rows, st->max_rows);
-            s->max_visible = DSV4_MAX(s->max_visible, DSV4_MIN(c->index_topk, st->max_rows));
-        } else {
-            s->max_visible = DSV4_MAX(s->max_visible, st->max_rows);
+        st->cin = zcount(&s->state_bytes, ll.cin, sizeof(float));
+        st->rows = zcount(&s->state_bytes, ll.rows, sizeof(float));
+        if (c->layer_kind[l] == DSV4_ATTN_CSA) {
+            st->icin = zcount(&s->state_bytes, ll.icin, sizeof(float));
+            st->irows = zcount(&s->state_bytes, ll.irows, sizeof(float));
         }
     }
-
     struct scratch *sc = &s->s;
-    int HD = c->n_heads * D, K = c->n_activated_experts, E = c->n_routed_experts;
-    int max_in = DSV4_MAX(DSV4_MAX(c->dim, c->q_lora_rank), DSV4_MAX(c->wo_a_in, c->moe_inter_dim));
-    max_in = DSV4_MAX(max_in, c->o_groups * c->o_lora_rank);
-    int nw = dsv4_pool_size(e->pool);
-    sc->x = zcount(&s->scratch_bytes, (size_t)n * c->hc_dim, sizeof(float));
-    sc->y = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
-    sc->a = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
-    sc->xq = zcount(&s->scratch_bytes, (size_t)n * K * max_in, sizeof(float));
-    sc->post = zcount(&s->scratch_bytes, (size_t)n * c->hc_mult, sizeof(float));
-    sc->comb = zcount(&s->scratch_bytes, (size_t)n * c->hc_mult * c->hc_mult, sizeof(float));
-    sc->qa = zcount(&s->scratch_bytes, (size_t)n * c->q_lora_rank, sizeof(float));
-    sc->qr = zcount(&s->scratch_bytes, (size_t)n * c->q_lora_rank, sizeof(float));
-    sc->q = zcount(&s->scratch_bytes, (size_t)n * HD, sizeof(float));
-    sc->o = zcount(&s->scratch_bytes, (size_t)n * HD, sizeof(float));
-    sc->kv = zcount(&s->scratch_bytes, (size_t)n * D, sizeof(float));
-    sc->low = zcount(&s->scratch_bytes, (size_t)n * c->o_groups * c->o_lora_rank,
-                     sizeof(float));
-    sc->out = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
-    sc->cproj = zcount(&s->scratch_bytes, (size_t)n * 2 * max_c, sizeof(float));
-    sc->qi = zcount(&s->scratch_bytes, (size_t)n * c->index_n_heads * c->index_head_dim,
-                    sizeof(float));
-    sc->wt = zcount(&s->scratch_bytes, (size_t)n * c->index_n_heads, sizeof(float));
-    sc->iscore = zcount(&s->scratch_bytes, (size_t)2 * max_csa_rows, sizeof(float));
-    sc->sel = zcount(&s->scratch_bytes, (size_t)n * s->max_visible, sizeof(int));
-    sc->nsel = zcount(&s->scratch_bytes, (size_t)n, sizeof(int));
-    sc->vis = zcount(&s->scratch_bytes, (size_t)n * (s->max_visible + s->ring_cap),
-                     sizeof(*sc->vis));
-    sc->nvis = zcount(&s->scratch_bytes, (size_t)n, sizeof(int));
-    sc->attn_tmp = zcount(&s->scratch_bytes, (size_t)nw * (3 * D + 64), sizeof(float));
-    sc->rlogit = zcount(&s->scratch_bytes, (size_t)n * E, sizeof(float));
-    sc->rsel = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(int));
-    sc->rw = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(float));
-    sc->eout = zcount(&s->scratch_bytes, (size_t)n * K * c->dim, sizeof(float));
-    sc->ids = zcount(&s->scratch_bytes, (size_t)E, sizeof(int));
-    sc->slot = zcount(&s->scratch_bytes, (size_t)n * K, sizeof(int));
-    sc->ew = zcount(&s->scratch_bytes, (size_t)E, sizeof(*sc->ew));
-    sc->sout = zcount(&s->scratch_bytes, (size_t)n * c->dim, sizeof(float));
-    sc->gx = zcount(&s->scratch_bytes, (size_t)n * K * c->dim, sizeof(float));
-    sc->g = zcount(&s->scratch_bytes, (size_t)n * K * c->moe_inter_dim, sizeof(float));
-    sc->u = zcount(&s->scratch_bytes, (size_t)n * K * c->moe_inter_dim, sizeof(float));
-    sc->pooltmp = zcount(&s->scratch_bytes, (size_t)2 * max_ratio, sizeof(float));
+#define ALLOC(name, type, count) sc->name = zcount(&s->scratch_bytes, (count), sizeof(type));
+    DSV4_SCRATCH_ARRAYS(ALLOC)
+#undef ALLOC
+    assert(s->state_bytes == L->state_bytes && s->scratch_bytes == L->scratch_bytes);
     *ret = s;
     return 0;
 }
@@ -141,13 +81,9 @@ dsv4_session *dsv4_session_free(dsv4_session *s)
     }
     free(s->ls);
     struct scratch *sc = &s->s;
-    void *bufs[] = { sc->x, sc->y, sc->a, sc->xq, sc->post, sc->comb, sc->qa, sc->qr, sc->q,
-                     sc->o, sc->kv, sc->low, sc->out, sc->cproj, sc->qi, sc->wt, sc->iscore,
-                     sc->sel, sc->nsel, sc->vis, sc->nvis, sc->attn_tmp, sc->rlogit, sc->rsel,
-                     sc->rw, sc->eout, sc->ids, sc->slot, sc->ew, sc->sout, sc->gx, sc->g,
-                     sc->u, sc->pooltmp };
-    for (size_t i = 0; i < DSV4_ARRAY_SIZE(bufs); i++)
-        free(bufs[i]);
+#define FREE(name, type, count) free((void *)sc->name);
+    DSV4_SCRATCH_ARRAYS(FREE)
+#undef FREE
     free(s);
     return NULL;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "spec_accept.h"
 #include "util.h"
 
 #define FEED_ROWS 64        /* rows per captured forward while feeding */
@@ -191,6 +192,21 @@ void dsv4_spec_sync(dsv4_spec *sp)
         dsv4_drafter_reset(sp->d);
 }
 
+/* The caller's choice rule on row j of the verify forward's logits (spec_accept.h). */
+struct row_choice {
+    dsv4_spec *sp;
+    dsv4_choose_fn choose;
+    void *ctx;
+    int64_t index;
+};
+
+static int32_t row_choice(void *arg, int j)
+{
+    struct row_choice *r = arg;
+    return r->choose(r->ctx, r->sp->logits + (size_t)j * r->sp->vocab, r->sp->vocab,
+                     r->index + 1 + j);
+}
+
 int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
                    dsv4_choose_fn choose, void *choose_ctx, int32_t *out, struct dsv4_err *err)
 {
@@ -228,21 +244,9 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     if ((rc = forward(sp, rows, L + 1, DSV4_LOGITS_ALL, sp->logits, err)) < 0)
         return rc;
     /* accept the longest prefix the target itself would have produced */
-    int n_out = 0, keep = L + 1, accepted = 0;
-    for (int j = 0; j <= L; j++) {
-        int32_t g = choose(choose_ctx, sp->logits + (size_t)j * sp->vocab, sp->vocab,
-                           index + 1 + j);
-        out[n_out++] = g;
-        if (j == L || ids[j] != g) {
-            keep = j + 1;       /* rows anchor, d_1..d_j; g is the next anchor */
-            break;
-        }
-        accepted++;
-        if (g == sp->eos) {
-            keep = j + 1;       /* an accepted EOS ends the list, unfed */
-            break;
-        }
-    }
+    struct row_choice rc_ctx = { sp, choose, choose_ctx, index };
+    int keep, accepted;
+    int n_out = dsv4_spec_accept(ids, L, sp->eos, row_choice, &rc_ctx, out, &keep, &accepted);
     if (keep < L + 1 && (rc = dsv4_session_rollback(s, P + keep, err)) < 0)
         return rc;
     if (sp->d)

@@ -261,9 +261,7 @@ int weights_load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t 
 static int check_config(const struct dsv4_config *c, struct dsv4_err *err)
 {
     const char *why = NULL;
-    if (c->hc_mult < 1 || c->hc_mult > 8)
-        why = "hc_mult must be in 1..8";
-    else if (c->rope_head_dim % 2 || c->rope_head_dim > c->head_dim ||
+    if (c->rope_head_dim % 2 || c->rope_head_dim > c->head_dim ||
              c->rope_head_dim > c->index_head_dim)
         why = "rope_head_dim must be even and fit head_dim and index_head_dim";
     else if ((c->head_dim - c->rope_head_dim) % 64)

@@ -965,7 +965,7 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
                       f->opts.cache_bytes / 1048576.0, g.n_slots, g.slot_size / 1048576.0);
     }
     if (!f->opts.pin_slots_set)
-        f->opts.pin_slots = f->opts.n_slots / 4;
+        f->opts.pin_slots = dsv4_expert_pin_slots_default(f->opts.n_slots);
     if (f->opts.pin_slots >= f->opts.n_slots)
         f->opts.pin_slots = f->opts.n_slots - 1;
     if ((rc = load_tid2eid(f, err)) < 0)

@@ -35,6 +35,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "sampling.h"
+#include "session_layout.h"
 #include "spec.h"
 #include "tokenizer.h"
 
@@ -326,7 +327,7 @@ static void verify_result(struct sched *s, struct req *r, int64_t before,
     int keep, acc;
     uint32_t L = r->spec.verify_l;
     uint64_t q0 = r->spec.pol.st.quench_events;
-    int n = spec_verify(&r->spec, rows, res->n_rows, out, &keep, &acc);
+    int n = spec_verify(&r->spec, rows, res->n_rows, s->eos, out, &keep, &acc);
     atomic_fetch_add(&s->d.stats->spec_verify_steps, 1);
     atomic_fetch_add(&s->d.stats->spec_proposed, L);
     atomic_fetch_add(&s->d.stats->spec_accepted, (uint64_t)acc);
@@ -538,7 +539,7 @@ int main(int argc, char **argv)
         { 0 },
     };
     const char *model = NULL, *run_dir = NULL;
-    int o, max_active = 4, queue = 8;
+    int o, max_active = DSV4_DEFAULT_SESSIONS, queue = 8;
     bool dspark = false;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {

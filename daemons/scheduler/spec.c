@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "spec_accept.h"
 #include "util.h"
 
 void spec_admit(struct spec_req *q, int block, bool greedy, uint32_t flags,
@@ -76,22 +77,19 @@ void spec_draft_result(struct spec_req *q, const struct dsv4_msg_draft_result *m
     q->drafted = true;
 }
 
-int spec_verify(struct spec_req *q, const struct dsv4_wire_row *rows, uint32_t n_rows,
-                int32_t *out, int *keep, int *accepted)
+static int32_t row_argmax(void *ctx, int j)
 {
-    int L = (int)q->verify_l, n = 0;
+    return ((const struct dsv4_wire_row *)ctx)[j].argmax;
+}
+
+int spec_verify(struct spec_req *q, const struct dsv4_wire_row *rows, uint32_t n_rows,
+                int32_t eos, int32_t *out, int *keep, int *accepted)
+{
+    int L = (int)q->verify_l;
     q->verify_l = 0;
-    *accepted = 0;
-    *keep = L + 1;
-    for (int j = 0; j <= L && (uint32_t)j < n_rows; j++) {
-        int32_t g = rows[j].argmax;
-        out[n++] = g;
-        if (j == L || q->ids[j] != g) {
-            *keep = j + 1;      /* rows anchor, d_1..d_j; g is the next anchor */
-            break;
-        }
-        ++*accepted;            /* an accepted EOS ends the request where it is emitted */
-    }
+    if (n_rows < (uint32_t)L + 1)       /* the decoder guarantees n_rows >= 1 */
+        L = (int)n_rows - 1;            /* compute answered fewer rows: verify those */
+    int n = dsv4_spec_accept(q->ids, L, eos, row_argmax, (void *)rows, out, keep, accepted);
     dsv4_spec_policy_record(&q->pol, L, q->conf, *accepted, n,
                             (double)(dsv4_now_ns() - q->t_step));
     q->t_step = 0;

@@ -49,6 +49,6 @@ void spec_draft_result(struct spec_req *q, const struct dsv4_msg_draft_result *m
  * own), *keep the rows compute keeps (rollback to cpos + keep), *accepted the drafts accepted.
  */
 int spec_verify(struct spec_req *q, const struct dsv4_wire_row *rows, uint32_t n_rows,
-                int32_t *out, int *keep, int *accepted);
+                int32_t eos, int32_t *out, int *keep, int *accepted);
 /* A plain step's token was decided: the policy's timing sample. */
 void spec_plain_done(struct spec_req *q);

@@ -17,6 +17,7 @@
 #include "config.h"
 #include "dsv4ctl.h"
 #include "plan.h"
+#include "session_layout.h"
 
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
                       int threads, bool dspark, struct dsv4_plan *ret, struct dsv4_err *err)
@@ -74,7 +75,7 @@ int dsv4ctl_plan(int argc, char **argv)
             printf("usage: dsv4ctl plan --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
                    "[--threads N] [--dspark] [--json]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable)\n"
-                   "  --max-ctx    positions per session (default 4096)\n"
+                   "  --max-ctx    positions per session (default " DSV4_STRINGIFY(DSV4_DEFAULT_MAX_CTX) ")\n"
                    "  --sessions   sessions at once (default 4, the scheduler's --max-active)\n"
                    "  --dspark     the set runs the DSpark drafter (plans its experts' cache)\n");
             return DSV4_EXIT_OK;

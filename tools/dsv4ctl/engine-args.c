@@ -12,6 +12,7 @@
 
 #include "dsv4ctl.h"
 #include "prompt.h"
+#include "session_layout.h"
 #include "util.h"
 
 static bool parse_long(const char *s, long long lo, long long hi, long long *ret)
@@ -74,7 +75,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     memset(a, 0, sizeof(*a));
     a->max_tokens = 16;
     a->threads = 1;
-    a->chunk = 64;
+    a->chunk = DSV4_DEFAULT_CHUNK;
     a->progress = -1;
     long long v;
     int c;
@@ -139,7 +140,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
             a->threads = (int)v;
             break;
         case O_CHUNK:
-            if (!parse_long(optarg, 1, 4096, &v))
+            if (!parse_long(optarg, 1, DSV4_MAX_CHUNK, &v))
                 goto bad;
             a->chunk = (int)v;
             break;

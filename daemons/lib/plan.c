@@ -6,7 +6,10 @@
 #include <string.h>
 
 #include "inventory.h"
+#include "dsv4_expert_shm.h"
+#include "dsv4_wire.h"
 #include "plan.h"
+#include "session_layout.h"
 #include "util.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -19,70 +22,18 @@
 #define INDEX_BYTES_PER_TENSOR 320
 /* Tokenizer (scheduler, dsv4ctl): vocabulary, merges and lookup tables per token. */
 #define TOKENIZER_BYTES_PER_TOKEN 512
-#define MAX_ALL_ROWS 256        /* daemons/computed: rows with full logits per FORWARD */
-#define DIO_ALIGN 4096          /* proto/dsv4_expert_shm.h DSV4_EXPERT_DIO_ALIGN */
-#define EXPERT_TENSORS 6
-
-/* Mirrors session.c's zalloc: a zero count still allocates one element. */
-static uint64_t zb(uint64_t count, uint64_t size)
-{
-    return (count ? count : 1) * size;
-}
 
 void dsv4_plan_session_bytes(const struct dsv4_config *c, int64_t max_ctx, int chunk,
                              int max_rollback, int n_workers, uint64_t *state,
                              uint64_t *scratch)
 {
-    uint64_t st = 0, sc = 0, f = sizeof(float), i4 = sizeof(int), ptr = sizeof(void *);
-    max_ctx = max_ctx > 0 ? max_ctx : 4096;     /* dsv4_session_new's defaults */
-    chunk = chunk > 0 ? chunk : 64;
-    max_rollback = max_rollback > 0 ? max_rollback : 16;
-    int slack = DSV4_MAX(chunk, max_rollback), ring_cap = c->window + slack, n = chunk;
-    int D = c->head_dim, max_ratio = 1, max_c = 1, max_csa_rows = 1, max_visible = 1;
-    for (int l = 0; l < c->n_layers; l++) {
-        st += zb((uint64_t)ring_cap * D, f);
-        enum dsv4_attn_kind k = c->layer_kind[l];
-        if (k == DSV4_ATTN_WINDOW)
-            continue;
-        int r = c->compress_ratios[l], coff = r == 4 ? 2 : 1;
-        int max_rows = (int)(max_ctx / r), cin_cap = coff * r + slack;
-        st += zb((uint64_t)cin_cap * 2 * coff * D, f);
-        st += zb((uint64_t)max_rows * D, f);
-        max_ratio = DSV4_MAX(max_ratio, coff * r);
-        max_c = DSV4_MAX(max_c, coff * D);
-        if (k == DSV4_ATTN_CSA) {
-            st += zb((uint64_t)cin_cap * 2 * coff * c->index_head_dim, f);
-            st += zb((uint64_t)max_rows * c->index_head_dim, f);
-            max_c = DSV4_MAX(max_c, coff * c->index_head_dim);
-            max_csa_rows = DSV4_MAX(max_csa_rows, max_rows);
-            max_visible = DSV4_MAX(max_visible, DSV4_MIN(c->index_topk, max_rows));
-        } else {
-            max_visible = DSV4_MAX(max_visible, max_rows);
-        }
+    struct dsv4_session_layout L;
+    if (dsv4_session_layout(c, max_ctx, chunk, max_rollback, n_workers, &L, NULL) < 0) {
+        *state = *scratch = UINT64_MAX / 4;    /* options no session accepts: never fits */
+        return;
     }
-    uint64_t HD = (uint64_t)c->n_heads * D, K = (uint64_t)c->n_activated_experts;
-    uint64_t E = (uint64_t)c->n_routed_experts, N = (uint64_t)n, dim = (uint64_t)c->dim;
-    int max_in = DSV4_MAX(DSV4_MAX(c->dim, c->q_lora_rank), DSV4_MAX(c->wo_a_in, c->moe_inter_dim));
-    max_in = DSV4_MAX(max_in, c->o_groups * c->o_lora_rank);
-    sc += zb(N * (uint64_t)c->hc_dim, f) + 2 * zb(N * dim, f);      /* x, y, a */
-    sc += zb(N * K * (uint64_t)max_in, f);                          /* xq */
-    sc += zb(N * (uint64_t)c->hc_mult, f) + zb(N * (uint64_t)c->hc_mult * c->hc_mult, f);
-    sc += 2 * zb(N * (uint64_t)c->q_lora_rank, f) + 2 * zb(N * HD, f) + zb(N * (uint64_t)D, f);
-    sc += zb(N * (uint64_t)c->o_groups * c->o_lora_rank, f) + zb(N * dim, f);  /* low, out */
-    sc += zb(N * 2 * (uint64_t)max_c, f);                           /* cproj */
-    sc += zb(N * (uint64_t)c->index_n_heads * c->index_head_dim, f) +
-          zb(N * (uint64_t)c->index_n_heads, f);                    /* qi, wt */
-    sc += zb(2 * (uint64_t)max_csa_rows, f);                        /* iscore */
-    sc += zb(N * (uint64_t)max_visible, i4) + zb(N, i4);            /* sel, nsel */
-    sc += zb(N * (uint64_t)(max_visible + ring_cap), ptr) + zb(N, i4);  /* vis, nvis */
-    sc += zb((uint64_t)n_workers * (3 * (uint64_t)D + 64), f);     /* attn_tmp */
-    sc += zb(N * E, f) + zb(N * K, i4) + zb(N * K, f);              /* rlogit, rsel, rw */
-    sc += zb(N * K * dim, f) + zb(E, i4) + zb(N * K, i4) + zb(E, ptr);  /* eout ids slot ew */
-    sc += zb(N * dim, f) + zb(N * K * dim, f);                      /* sout, gx */
-    sc += 2 * zb(N * K * (uint64_t)c->moe_inter_dim, f);            /* g, u */
-    sc += zb(2 * (uint64_t)max_ratio, f);                           /* pooltmp */
-    *state = st;
-    *scratch = sc;
+    *state = L.state_bytes;
+    *scratch = L.scratch_bytes;
 }
 
 /* What weights.c keeps of one dense tensor: the bytes read, plus an fp32 copy of BF16
@@ -119,13 +70,13 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
     if (!o.budget_bytes)
         o.budget_bytes = dsv4_plan_default_budget();
     if (!o.max_ctx)
-        o.max_ctx = 4096;
+        o.max_ctx = DSV4_DEFAULT_MAX_CTX;
     if (!o.sessions)
-        o.sessions = 4;
+        o.sessions = DSV4_DEFAULT_SESSIONS;
     if (!o.chunk)
-        o.chunk = 64;
+        o.chunk = DSV4_DEFAULT_CHUNK;
     if (!o.max_rollback)
-        o.max_rollback = 16;
+        o.max_rollback = DSV4_DEFAULT_MAX_ROLLBACK;
     if (o.threads < 1)
         o.threads = 1;
     p->o = o;
@@ -145,8 +96,7 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
         else
             p->drafter += b;
     }
-    /* A slot holds the expert's tensors read as O_DIRECT-aligned spans (≤ 2 pages more each). */
-    p->slot_bytes = DSV4_ALIGN_UP(inv.expert_bytes + 2ull * DIO_ALIGN * EXPERT_TENSORS, DIO_ALIGN);
+    p->slot_bytes = dsv4_expert_slot_bytes_for(inv.expert_bytes);
     uint64_t n_tensors = inv.n;
     dsv4_inventory_free(&inv);
 
@@ -154,7 +104,7 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
                             &p->session_scratch);
     p->sessions_total = (uint64_t)o.sessions * (p->session_state + p->session_scratch);
     uint64_t V = (uint64_t)c->vocab_size;
-    p->compute_scratch = MAX_ALL_ROWS * V * sizeof(float)          /* logits of scored rows */
+    p->compute_scratch = DSV4_WIRE_MAX_ALL_ROWS * V * sizeof(float)          /* logits of scored rows */
                          + 2 * V * (sizeof(float) + 16)            /* reply buffer, top-k */
                          + (uint64_t)c->n_blocks * c->n_routed_experts * 64;  /* lease table */
     p->overhead = N_PROCS * PROC_OVERHEAD + 2 * n_tensors * INDEX_BYTES_PER_TENSOR +
@@ -189,9 +139,8 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
         }
         p->cache_bytes = p->cache_header + p->n_slots * p->slot_bytes;
     }
-    /* The fetcher may hold a quarter of its slots pinned; the rest must fit one acquire. */
-    uint64_t lease = p->n_slots - p->n_slots / 4;
-    p->max_lease = lease >= (uint64_t)c->n_routed_experts ? 0 : (int)DSV4_MAX(lease, 1);
+    /* The fetcher may hold some slots pinned; the rest must fit one acquire. */
+    p->max_lease = dsv4_expert_max_lease(p->n_slots, c->n_routed_experts);
     if (p->budget < p->minimum)
         p->max_lease = 0;
     if (p->budget >= p->minimum && p->n_slots < p->min_slots) {

@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The layout of one engine session, written once: the per-layer state arrays and the scratch
+ * arrays with their element counts, derived from the model config and the session options.
+ * daemons/compute/session.c allocates and frees from it (its struct scratch is generated from
+ * DSV4_SCRATCH_ARRAYS) and common/plan.c budgets from the same byte sums, so the plan cannot
+ * drift from what is allocated.
+ */
+#pragma once
+
+#include <stdint.h>
+
+#include "config.h"
+#include "err.h"
+
+/* Session defaults: the one place (dsv4ctl, the daemons, the plan and the engine use them). */
+#define DSV4_DEFAULT_MAX_CTX 4096
+#define DSV4_DEFAULT_CHUNK 64           /* prefill rows per forward step */
+#define DSV4_DEFAULT_MAX_ROLLBACK 16
+#define DSV4_MAX_CHUNK 4096
+#define DSV4_DEFAULT_SESSIONS 4         /* sessions open at once (scheduler --max-active) */
+
+struct dsv4_session_layout {
+    int64_t max_ctx;
+    int chunk, max_rollback, n_workers;     /* options with defaults filled in */
+    int ring_cap;                           /* window + max(chunk, max_rollback) */
+    int max_visible, max_ratio, max_c, max_csa_rows, max_in;
+    uint64_t state_bytes, scratch_bytes;    /* what dsv4_session_new allocates */
+};
+
+/* One layer's state arrays, in floats (0 = the layer has none). */
+struct dsv4_layer_layout {
+    int max_rows, cin_cap;
+    uint64_t ring, cin, rows, icin, irows;
+};
+
+/*
+ * X(field, element type, element count): every scratch array of a session. The counts are
+ * expressions in `c` (const struct dsv4_config *) and `L` (const struct dsv4_session_layout *)
+ * — both must be in scope where the list is expanded. n = L->chunk rows per step.
+ */
+#define DSV4_SCRATCH_ARRAYS(X)                                                                 \
+    X(x, float, (uint64_t)L->chunk * c->hc_dim)               /* [n][hc*dim] streams */       \
+    X(y, float, (uint64_t)L->chunk * c->dim)                  /* [n][dim] */                  \
+    X(a, float, (uint64_t)L->chunk * c->dim)                  /* [n][dim] */                  \
+    X(xq, float, (uint64_t)L->chunk * c->n_activated_experts * L->max_in) /* quantised in */  \
+    X(post, float, (uint64_t)L->chunk * c->hc_mult)           /* [n][hc] */                   \
+    X(comb, float, (uint64_t)L->chunk * c->hc_mult * c->hc_mult) /* [n][hc*hc] */             \
+    X(qa, float, (uint64_t)L->chunk * c->q_lora_rank)         /* [n][q_lora] */               \
+    X(qr, float, (uint64_t)L->chunk * c->q_lora_rank)                                         \
+    X(q, float, (uint64_t)L->chunk * c->n_heads * c->head_dim) /* [n][H*D] */                 \
+    X(o, float, (uint64_t)L->chunk * c->n_heads * c->head_dim)                                \
+    X(kv, float, (uint64_t)L->chunk * c->head_dim)            /* [n][D] */                    \
+    X(low, float, (uint64_t)L->chunk * c->o_groups * c->o_lora_rank) /* [n][G*o_lora] */      \
+    X(out, float, (uint64_t)L->chunk * c->dim)                /* [n][dim] */                  \
+    X(cproj, float, (uint64_t)L->chunk * 2 * L->max_c)        /* compressor projections */    \
+    X(qi, float, (uint64_t)L->chunk * c->index_n_heads * c->index_head_dim) /* [n][ih*ihd] */ \
+    X(wt, float, (uint64_t)L->chunk * c->index_n_heads)       /* [n][ih] */                   \
+    X(iscore, float, (uint64_t)2 * L->max_csa_rows)           /* (score, index) pairs */      \
+    X(sel, int, (uint64_t)L->chunk * L->max_visible)          /* visible compressed rows */   \
+    X(nsel, int, (uint64_t)L->chunk)                                                          \
+    X(vis, const float *, (uint64_t)L->chunk * (L->max_visible + L->ring_cap)) /* per query */ \
+    X(nvis, int, (uint64_t)L->chunk)                                                          \
+    X(attn_tmp, float, (uint64_t)L->n_workers * (3 * (uint64_t)c->head_dim + 64)) /* per worker */ \
+    X(rlogit, float, (uint64_t)L->chunk * c->n_routed_experts) /* [n][n_routed] */            \
+    X(rsel, int, (uint64_t)L->chunk * c->n_activated_experts)  /* routed experts per row */   \
+    X(rw, float, (uint64_t)L->chunk * c->n_activated_experts)  /* their weights */            \
+    X(eout, float, (uint64_t)L->chunk * c->n_activated_experts * c->dim) /* expert outputs */ \
+    X(ids, int, (uint64_t)c->n_routed_experts)                /* union of a chunk's experts */ \
+    X(slot, int, (uint64_t)L->chunk * c->n_activated_experts) /* (row, choice) gathered */    \
+    X(ew, const struct dsv4_expert_weights *, (uint64_t)c->n_routed_experts) /* leased */     \
+    X(sout, float, (uint64_t)L->chunk * c->dim)               /* shared expert output */      \
+    X(gx, float, (uint64_t)L->chunk * c->n_activated_experts * c->dim) /* gathered rows */    \
+    X(g, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
+    X(u, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
+    X(pooltmp, float, (uint64_t)2 * L->max_ratio)             /* pooling temp */
+
+struct dsv4_expert_weights;
+
+/*
+ * Fill *L for config c and the options (0 = default); -EINVAL naming the option when one is
+ * out of range. state_bytes and scratch_bytes are the exact sums session.c allocates (a zero
+ * count still allocates one element).
+ */
+int dsv4_session_layout(const struct dsv4_config *c, int64_t max_ctx, int chunk,
+                        int max_rollback, int n_workers, struct dsv4_session_layout *L,
+                        struct dsv4_err *err);
+/* Layer l's state arrays under layout L. */
+void dsv4_layer_layout(const struct dsv4_config *c, const struct dsv4_session_layout *L, int l,
+                       struct dsv4_layer_layout *out);
+/* Bytes of an array of `count` elements of `size` as allocated (zero counts take one). */
+static inline uint64_t dsv4_layout_bytes(uint64_t count, uint64_t size)
+{
+    return (count ? count : 1) * size;
+}
