@@ -143,7 +143,8 @@ int main(int argc, char **argv)
         return 64;
     struct dsv4_err err = { "" };
     struct dsv4_engine_opts eo = { .n_threads = threads,
-                                   .expert_cache_bytes = (uint64_t)cache_mib << 20 };
+                                   .expert_cache_bytes = (uint64_t)cache_mib << 20,
+                                   .dspark = true };
     if (dsv4_engine_open(model, &eo, &eng, &err) < 0)
         die("engine", &err);
     const struct dsv4_config *c = dsv4_engine_config(eng);

@@ -36,76 +36,11 @@ struct dsv4_drafter {
     int32_t *ids;           /* [γ] block ids */
 };
 
-void dspark_weights_free(dsv4_engine *e)
-{
-    if (!e->dspark)
-        return;
-    dsv4_expert_cache_free(e->dspark->cache);
-    free(e->dspark->st);
-    free(e->dspark);
-    e->dspark = NULL;
-}
-
-static int load_weights(dsv4_engine *e, struct dsv4_err *err)
-{
-    const struct dsv4_config *c = &e->cfg;
-    if (c->dspark_stages < 1)
-        return dsv4_errf(err, -ENOENT, "dspark: the config declares no DSpark drafter "
-                         "(no dspark_* keys)");
-    struct dspark_w *w = dsv4_xcalloc(1, sizeof(*w));
-    e->dspark = w;
-    w->stages = c->dspark_stages;
-    w->block = c->dspark_block_size;
-    w->rank = c->dspark_markov_rank;
-    w->noise = c->dspark_noise_token_id;
-    w->n_taps = c->dspark_n_target_layers;
-    w->taps = c->dspark_target_layer_ids;
-    w->st = dsv4_xcalloc((size_t)w->stages, sizeof(*w->st));
-    uint32_t d = (uint32_t)c->dim, V = (uint32_t)c->vocab_size, r = (uint32_t)w->rank;
-    char p[64], n[128];
-    int rc;
-    for (int s = 0; s < w->stages; s++) {
-        snprintf(p, sizeof(p), "mtp.%d", s);
-        if ((rc = weights_load_block(e, p, DSV4_ATTN_WINDOW, 0, false, &w->st[s], err)) < 0)
-            return rc;
-    }
-    int last = w->stages - 1;
-#define NAME(fmt) (snprintf(n, sizeof(n), fmt, last), n)
-    if ((rc = weights_load_fp8(e, "mtp.0.main_proj", d, (uint32_t)w->n_taps * d, &w->main_proj,
-                               err)) < 0 ||
-        (rc = weights_load_f32(e, "mtp.0.main_norm.weight", d, 0, &w->main_norm, err)) < 0 ||
-        (rc = weights_load_f32(e, NAME("mtp.%d.norm.weight"), d, 0, &w->norm, err)) < 0 ||
-        (rc = weights_load_f32(e, NAME("mtp.%d.hc_head_fn"), (uint64_t)c->hc_mult,
-                               (uint64_t)c->hc_dim, &w->hc_head_fn, err)) < 0 ||
-        (rc = weights_load_f32(e, NAME("mtp.%d.hc_head_base"), (uint64_t)c->hc_mult, 0,
-                               &w->hc_head_base, err)) < 0 ||
-        (rc = weights_load_f32(e, NAME("mtp.%d.hc_head_scale"), 1, 0, &w->hc_head_scale,
-                               err)) < 0 ||
-        (rc = weights_load_bf16(e, NAME("mtp.%d.markov_head.markov_w1.weight"), V, r,
-                                &w->markov_w1, err)) < 0 ||
-        (rc = weights_load_bf16(e, NAME("mtp.%d.markov_head.markov_w2.weight"), V, r,
-                                &w->markov_w2, err)) < 0 ||
-        (rc = weights_load_bf16(e, NAME("mtp.%d.confidence_head.proj.weight"), 1, d + r,
-                                &w->conf, err)) < 0)
-        return rc;
-#undef NAME
-    /* the stages' experts: their own LRU with the target's budget (S blocks, not 43) */
-    if ((rc = dsv4_expert_cache_new_blocks(e->ckpt, c, "mtp", w->stages, e->expert_budget,
-                                           &w->cache, err)) < 0)
-        return rc;
-    w->experts = dsv4_expert_cache_provider(w->cache);
-    return 0;
-}
-
 int dsv4_drafter_new(dsv4_engine *e, dsv4_drafter **ret, struct dsv4_err *err)
 {
-    if (!e->dspark) {
-        int rc = load_weights(e, err);
-        if (rc < 0) {
-            dspark_weights_free(e);
-            return rc;
-        }
-    }
+    if (!e->dspark)
+        return dsv4_errf(err, -ENOENT, "dspark: the engine was opened without its drafter "
+                         "(struct dsv4_engine_opts .dspark)");
     const struct dsv4_config *c = &e->cfg;
     const struct dspark_w *w = e->dspark;
     dsv4_drafter *d = dsv4_xcalloc(1, sizeof(*d));

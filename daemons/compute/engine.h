@@ -12,6 +12,7 @@
  */
 #pragma once
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "config.h"
@@ -34,6 +35,9 @@ struct dsv4_engine_opts {
      * (dsv4-compute heartbeats from it, so a long prefill never looks hung). */
     void (*on_layer)(void *ctx);
     void *on_layer_ctx;
+    /* Load the DSpark drafter's weights (mtp.*) too; -ENOENT naming "dspark" when the
+     * checkpoint has none. dsv4_drafter_new needs it. */
+    bool dspark;
 };
 
 int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,

@@ -51,7 +51,7 @@ struct rope_table {
     float *freq;                    /* [rope_head_dim / 2] */
 };
 
-/* DSpark drafter weights (dspark spec §3, §10), loaded on the first dsv4_drafter_new. */
+/* DSpark drafter weights (dspark spec §3, §10), loaded at open with dsv4_engine_opts.dspark. */
 struct dspark_w {
     int stages, block, rank, noise, n_taps;
     const int *taps;
@@ -77,7 +77,7 @@ struct dsv4_engine {
     float *norm, *hc_head_fn, *hc_head_base, *hc_head_scale;
     struct layer_w *layers;
     struct rope_table rope_plain, rope_comp;   /* ratio-0 and compressed layers */
-    struct dspark_w *dspark;        /* NULL until a drafter is made */
+    struct dspark_w *dspark;        /* NULL unless opened with .dspark */
     uint64_t expert_budget;         /* in-process expert LRU bytes (the drafter's LRU too) */
     void **allocs;                  /* every weight buffer, freed with the engine */
     size_t n_allocs, cap_allocs;
@@ -145,17 +145,6 @@ void hadamard_inplace(float *x, int n);
  * reference's float64 matmul up to its order. */
 double dot_f64(const float *a, const float *b, int n);
 float sigmoidf_(float x);
-
-/* ---- weights.c: loaders shared with the drafter (buffers owned by the engine) ---- */
-int weights_load_block(dsv4_engine *e, const char *prefix, enum dsv4_attn_kind kind, int ratio,
-                       bool hashed, struct layer_w *lw, struct dsv4_err *err);
-int weights_load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, float **ret,
-                     struct dsv4_err *err);
-int weights_load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t cols,
-                     struct dsv4_fp8_weight *w, struct dsv4_err *err);
-int weights_load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t cols,
-                      struct dsv4_bf16_weight *w, struct dsv4_err *err);
-void dspark_weights_free(dsv4_engine *e);
 
 /* ---- step entry points ---- */
 void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,

@@ -506,23 +506,15 @@ int main(int argc, char **argv)
         eo.experts = &prov;
         dsv4_log_info("compute", "routed experts from the fetcher's cache");
     }
+    eo.dspark = c.dspark;  /* the drafter's weights load now: a model without one is a bad config */
     if (dsv4_engine_open(model, &eo, &c.e, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
         dsv4_daemon_fini(&c.d);
         return 78;      /* EX_CONFIG: a bad model is not fixed by respawning */
     }
     c.vocab = dsv4_engine_config(c.e)->vocab_size;
-    if (c.dspark) {     /* load the drafter's weights now: a model without one is a bad config */
-        dsv4_drafter *probe = NULL;
-        if (dsv4_drafter_new(c.e, &probe, &err) < 0) {
-            dsv4_log_error("compute", "--dspark: %s", err.msg);
-            dsv4_daemon_fini(&c.d);
-            dsv4_engine_free(c.e);
-            return 78;
-        }
-        dsv4_drafter_free(probe);
+    if (c.dspark)
         dsv4_log_info("compute", "DSpark drafter loaded");
-    }
     publish_memory(&c);
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {

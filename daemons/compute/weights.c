@@ -139,7 +139,7 @@ static int load_compressor(dsv4_engine *e, const char *prefix, int ratio, int c,
     return load_f32(e, name, (uint64_t)c, 0, &cw->norm, err);
 }
 
-int weights_load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, int ratio,
+static int load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, int ratio,
                        bool hashed, struct layer_w *lw, struct dsv4_err *err)
 {
     const struct dsv4_config *c = &e->cfg;
@@ -235,26 +235,70 @@ static int load_layer(dsv4_engine *e, int l, struct dsv4_err *err)
     const struct dsv4_config *c = &e->cfg;
     char p[64];
     snprintf(p, sizeof(p), "layers.%d", l);
-    return weights_load_block(e, p, c->layer_kind[l], c->compress_ratios[l],
+    return load_block(e, p, c->layer_kind[l], c->compress_ratios[l],
                               dsv4_config_layer_hashed(c, l), &e->layers[l], err);
 }
 
-int weights_load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, float **ret,
-                     struct dsv4_err *err)
+/* The DSpark drafter's weights (mtp.0..S-1; dspark spec §3, §10): loaded at open when asked for. */
+static void free_dspark(dsv4_engine *e)
 {
-    return load_f32(e, name, d0, d1, ret, err);
+    if (!e->dspark)
+        return;
+    dsv4_expert_cache_free(e->dspark->cache);
+    free(e->dspark->st);
+    free(e->dspark);
+    e->dspark = NULL;
 }
 
-int weights_load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t cols,
-                     struct dsv4_fp8_weight *w, struct dsv4_err *err)
+static int load_dspark(dsv4_engine *e, struct dsv4_err *err)
 {
-    return load_fp8(e, prefix, rows, cols, w, err);
-}
-
-int weights_load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t cols,
-                      struct dsv4_bf16_weight *w, struct dsv4_err *err)
-{
-    return load_bf16(e, name, rows, cols, w, err);
+    const struct dsv4_config *c = &e->cfg;
+    if (c->dspark_stages < 1)
+        return dsv4_errf(err, -ENOENT, "dspark: the config declares no DSpark drafter "
+                         "(no dspark_* keys)");
+    struct dspark_w *w = dsv4_xcalloc(1, sizeof(*w));
+    e->dspark = w;
+    w->stages = c->dspark_stages;
+    w->block = c->dspark_block_size;
+    w->rank = c->dspark_markov_rank;
+    w->noise = c->dspark_noise_token_id;
+    w->n_taps = c->dspark_n_target_layers;
+    w->taps = c->dspark_target_layer_ids;
+    w->st = dsv4_xcalloc((size_t)w->stages, sizeof(*w->st));
+    uint32_t d = (uint32_t)c->dim, V = (uint32_t)c->vocab_size, r = (uint32_t)w->rank;
+    char p[64], n[128];
+    int rc;
+    for (int s = 0; s < w->stages; s++) {
+        snprintf(p, sizeof(p), "mtp.%d", s);
+        if ((rc = load_block(e, p, DSV4_ATTN_WINDOW, 0, false, &w->st[s], err)) < 0)
+            return rc;
+    }
+    int last = w->stages - 1;
+#define NAME(fmt) (snprintf(n, sizeof(n), fmt, last), n)
+    if ((rc = load_fp8(e, "mtp.0.main_proj", d, (uint32_t)w->n_taps * d, &w->main_proj,
+                               err)) < 0 ||
+        (rc = load_f32(e, "mtp.0.main_norm.weight", d, 0, &w->main_norm, err)) < 0 ||
+        (rc = load_f32(e, NAME("mtp.%d.norm.weight"), d, 0, &w->norm, err)) < 0 ||
+        (rc = load_f32(e, NAME("mtp.%d.hc_head_fn"), (uint64_t)c->hc_mult,
+                               (uint64_t)c->hc_dim, &w->hc_head_fn, err)) < 0 ||
+        (rc = load_f32(e, NAME("mtp.%d.hc_head_base"), (uint64_t)c->hc_mult, 0,
+                               &w->hc_head_base, err)) < 0 ||
+        (rc = load_f32(e, NAME("mtp.%d.hc_head_scale"), 1, 0, &w->hc_head_scale,
+                               err)) < 0 ||
+        (rc = load_bf16(e, NAME("mtp.%d.markov_head.markov_w1.weight"), V, r,
+                                &w->markov_w1, err)) < 0 ||
+        (rc = load_bf16(e, NAME("mtp.%d.markov_head.markov_w2.weight"), V, r,
+                                &w->markov_w2, err)) < 0 ||
+        (rc = load_bf16(e, NAME("mtp.%d.confidence_head.proj.weight"), 1, d + r,
+                                &w->conf, err)) < 0)
+        return rc;
+#undef NAME
+    /* the stages' experts: their own LRU with the target's budget (S blocks, not 43) */
+    if ((rc = dsv4_expert_cache_new_blocks(e->ckpt, c, "mtp", w->stages, e->expert_budget,
+                                           &w->cache, err)) < 0)
+        return rc;
+    w->experts = dsv4_expert_cache_provider(w->cache);
+    return 0;
 }
 
 /* Shapes the kernels and the blockwise quantisation rely on. */
@@ -328,6 +372,8 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
             goto fail;
         e->experts = dsv4_expert_cache_provider(e->cache);
     }
+    if (o.dspark && (rc = load_dspark(e, err)) < 0)
+        goto fail;
     e->pool = dsv4_pool_new(o.n_threads > 0 ? o.n_threads : 1);
     e->max_lease = o.max_lease > 0 ? o.max_lease : 0;
     *ret = e;
@@ -343,7 +389,7 @@ dsv4_engine *dsv4_engine_free(dsv4_engine *e)
         return NULL;
     dsv4_pool_free(e->pool);
     dsv4_expert_cache_free(e->cache);
-    dspark_weights_free(e);
+    free_dspark(e);
     for (size_t i = 0; i < e->n_allocs; i++)
         free(e->allocs[i]);
     free(e->allocs);

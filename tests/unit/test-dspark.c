@@ -62,7 +62,8 @@ static dsv4_engine *open_engine(void)
 {
     struct dsv4_err err = { "" };
     dsv4_engine *e = NULL;
-    if (dsv4_engine_open(fixture, NULL, &e, &err) < 0)
+    struct dsv4_engine_opts eo = { .dspark = true };
+    if (dsv4_engine_open(fixture, &eo, &e, &err) < 0)
         fail_msg("engine open: %s", err.msg);
     return e;
 }
@@ -233,12 +234,17 @@ static void test_no_drafter(void **state)
         skip();
     struct dsv4_err err = { "" };
     dsv4_engine *e = NULL;
+    /* a plain model: its engine opens, and has no drafter to make */
     if (dsv4_engine_open(getenv("DSV4_TEST_PLAIN_MODEL"), NULL, &e, &err) < 0)
         fail_msg("engine open: %s", err.msg);
     dsv4_drafter *d = NULL;
     assert_int_equal(dsv4_drafter_new(e, &d, &err), -ENOENT);
     assert_non_null(strstr(err.msg, "dspark"));
     dsv4_engine_free(e);
+    /* asking for the drafter at open is refused, naming it */
+    struct dsv4_engine_opts eo = { .dspark = true };
+    assert_int_equal(dsv4_engine_open(getenv("DSV4_TEST_PLAIN_MODEL"), &eo, &e, &err), -ENOENT);
+    assert_non_null(strstr(err.msg, "dspark"));
 }
 
 int main(int argc, char **argv)

@@ -343,7 +343,8 @@ int main(int argc, char **argv)
     if (!gold)
         return 1;
     struct dsv4_err err = { "" };
-    if (dsv4_engine_open(fixture, NULL, &eng, &err) < 0) {
+    struct dsv4_engine_opts eo = { .dspark = true };
+    if (dsv4_engine_open(fixture, &eo, &eng, &err) < 0) {
         fprintf(stderr, "test-speculate: %s\n", err.msg);
         return 1;
     }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "dsv4ctl.h"
 #include "prompt.h"
 #include "session_layout.h"
@@ -256,7 +257,20 @@ int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine
 {
     struct dsv4_err err = { "" };
     struct dsv4_engine_opts eo = { .n_threads = a->threads,
-                                   .expert_cache_bytes = a->expert_cache_mib << 20 };
+                                   .expert_cache_bytes = a->expert_cache_mib << 20,
+                                   .dspark = a->dspark };
+    if (a->dspark) {
+        /* the drafter loads with the engine; a test proposer runs without one */
+        struct dsv4_config cfg;
+        if (dsv4_config_load(a->model, &cfg, NULL) == 0 && cfg.dspark_stages < 1) {
+            if (!a->proposer) {
+                fprintf(stderr, "dsv4ctl: --dspark: %s has no DSpark drafter (no dspark_* keys "
+                                "in its config)\n", a->model);
+                return DSV4_EXIT_USAGE;
+            }
+            eo.dspark = false;
+        }
+    }
     int rc = dsv4_engine_open(a->model, &eo, eng, &err);
     if (rc < 0) {
         fprintf(stderr, "dsv4ctl: %s\n", err.msg);
