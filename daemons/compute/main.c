@@ -21,6 +21,8 @@
 #include <zmq.h>
 
 #include "daemon.h"
+#include "exitcode.h"
+#include "parse.h"
 #include "config.h"
 #include "engine.h"
 #include "speculate.h"
@@ -415,10 +417,19 @@ static void handle(struct compute *c)
 static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--fetcher]\n"
-                    "       [--cache-bytes N] [--session-bytes N] [--max-lease N] [--dspark]\n");
+                    "       [--memory-gb N] [--cache-bytes N] [--session-bytes N] [--max-lease N]\n"
+                    "       [--dspark]\n");
 }
 
-int main(int argc, char **argv)
+struct args {
+    const char *model, *run_dir;
+    int threads, max_lease;     /* max_lease -1: derive from the fetcher's slots */
+    double mem_gb;
+    uint64_t cache_bytes, session_budget;
+    bool fetcher, dspark;
+};
+
+static int parse_argv(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -432,85 +443,138 @@ int main(int argc, char **argv)
         { "dspark", no_argument, NULL, 'D' },
         { 0 },
     };
-    const char *model = NULL, *run_dir = NULL;
-    int threads = 1, o, max_lease = -1;
-    double mem_gb = 0;
-    uint64_t cache_bytes = 0, session_budget = 0;
-    bool fetcher = false;
-    static struct compute c;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    const char *me = "dsv4-compute";
+    *a = (struct args){ .threads = 1, .max_lease = -1 };
+    int o, r = 0;
+    while (r == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'r': run_dir = optarg; break;
-        case 't': threads = atoi(optarg); break;
-        case 'g': mem_gb = atof(optarg); break;
-        case 'c': cache_bytes = strtoull(optarg, NULL, 10); break;
-        case 's': session_budget = strtoull(optarg, NULL, 10); break;
-        case 'l': max_lease = atoi(optarg); break;
-        case 'F': fetcher = true; break;
-        case 'D': c.dspark = true; break;
-        default: usage(); return 64;
+        case 'm': a->model = optarg; break;
+        case 'r': a->run_dir = optarg; break;
+        case 't': r = dsv4_parse_int_opt(me, "threads", optarg, 1, 4096, &a->threads); break;
+        case 'g': r = dsv4_parse_double_opt(me, "memory-gb", optarg, 0, 1 << 24, &a->mem_gb);
+            break;
+        case 'c': r = dsv4_parse_u64_opt(me, "cache-bytes", optarg, 0, UINT64_MAX / 2,
+                                         &a->cache_bytes); break;
+        case 's': r = dsv4_parse_u64_opt(me, "session-bytes", optarg, 0, UINT64_MAX / 2,
+                                         &a->session_budget); break;
+        case 'l': r = dsv4_parse_int_opt(me, "max-lease", optarg, 0, 1 << 20, &a->max_lease);
+            break;
+        case 'F': a->fetcher = true; break;
+        case 'D': a->dspark = true; break;
+        default: usage(); return -EINVAL;
         }
     }
-    if (!model) {
+    if (r < 0)
+        return r;
+    if (!a->model || optind != argc) {
         usage();
-        return 64;
+        return -EINVAL;
     }
-    struct dsv4_err err;
-    if (dsv4_daemon_init(&c.d, DSV4_ROLE_COMPUTE, run_dir, &err) < 0) {
+    return 0;
+}
+
+/* Test-only delays from the environment (0 when unset or not a number in range). */
+static int env_ms(const char *name)
+{
+    int v = 0;
+    const char *s = getenv(name);
+    if (s && dsv4_parse_int(s, 0, 600000, &v) < 0)
+        v = 0;
+    return v;
+}
+
+/* Attach to the fetcher's segment: the engine's expert provider. */
+static int open_fetched(struct compute *c, const struct args *a, struct dsv4_engine_opts *eo,
+                        struct dsv4_expert_provider *prov, struct dsv4_err *err)
+{
+    struct dsv4_config cfg;
+    int rc;
+    if ((rc = dsv4_config_load(a->model, &cfg, err)) < 0)
+        return DSV4_EXIT_CONFIG;
+    if ((rc = dsv4_fetcher_client_open(c->d.run_dir, 0, &c->fetched.client, err)) < 0) {
+        dsv4_log_error("compute", "expert cache: %s", err->msg);
+        return DSV4_EXIT_UNAVAILABLE;
+    }
+    /* Map every page of the segment once, now, rather than one minor fault per 4 KiB
+     * page (3264 per expert slot) the first time a slot is read on the forward path; the
+     * pages exist (the fetcher registered them) and the plan counts the whole segment. */
+    struct dsv4_expert_shm *shm = dsv4_fetcher_client_shm(c->fetched.client);
+    uint64_t t0 = dsv4_now_ns();
+    if (madvise(shm, shm->hdr.size, MADV_POPULATE_READ) < 0)
+        dsv4_log_warn("compute", "expert segment: MADV_POPULATE_READ: %s", strerror(errno));
+    else
+        dsv4_log_info("compute", "expert segment mapped (%.1f MiB) in %.2f s",
+                      shm->hdr.size / 1048576.0, (double)(dsv4_now_ns() - t0) / 1e9);
+    c->fetched.n_experts = cfg.n_routed_experts;
+    /* Never ask for more than the unpinned slots (the plan's rule, dsv4_expert_shm.h). */
+    if (a->max_lease < 0)
+        eo->max_lease = dsv4_expert_max_lease(shm->n_slots, cfg.n_routed_experts);
+    c->fetched.d = &c->d;
+    c->fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
+                                    sizeof(*c->fetched.store));
+    eo->experts = prov;
+    dsv4_log_info("compute", "routed experts from the fetcher's cache");
+    return DSV4_EXIT_OK;
+}
+
+static void serve(struct compute *c)
+{
+    while (!c->d.stop) {
+        zmq_pollitem_t it[3];
+        dsv4_daemon_poll_items(&c->d, it);
+        it[2] = (zmq_pollitem_t){ c->router, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll(it, 3, 1000) < 0 && errno != EINTR)
+            break;
+        dsv4_daemon_handle(&c->d, it);
+        if (it[2].revents & ZMQ_POLLIN) {
+            int r;
+            while ((r = dsv4_zrecv(c->router, &c->in, 1, 1)) != -EAGAIN) {
+                if (r < 0) {
+                    dsv4_daemon_bad_message(&c->d, "scheduler socket", "framing");
+                    continue;
+                }
+                atomic_store(&c->d.stats->active, 1);  /* work pending: the stall watchdog */
+                handle(c);
+                atomic_store(&c->d.stats->active, 0);
+                dsv4_daemon_heartbeat(&c->d);
+            }
+        }
+    }
+}
+
+static int run(const struct args *a)
+{
+    static struct compute c;
+    struct dsv4_err err = { "" };
+    int rc = DSV4_EXIT_OK;
+    c.dspark = a->dspark;
+    if (dsv4_daemon_init(&c.d, DSV4_ROLE_COMPUTE, a->run_dir, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
-        return 71;
+        rc = DSV4_EXIT_OSERR;
+        goto out;
     }
-    const char *delay = getenv("DSV4_TEST_FORWARD_DELAY_MS");
-    c.delay_ms = delay ? atoi(delay) : 0;
-    const char *layer_delay = getenv("DSV4_TEST_LAYER_DELAY_MS");
-    c.layer_delay_ms = layer_delay ? atoi(layer_delay) : 0;
+    c.delay_ms = env_ms("DSV4_TEST_FORWARD_DELAY_MS");
+    c.layer_delay_ms = env_ms("DSV4_TEST_LAYER_DELAY_MS");
     /* In-process cache: the plan's figure (--cache-bytes), else a quarter of --memory-gb. */
-    if (!cache_bytes)
-        cache_bytes = (uint64_t)(mem_gb * 0.25 * (1ull << 30));
-    struct dsv4_engine_opts eo = { .n_threads = threads, .expert_cache_bytes = cache_bytes,
-                                   .max_lease = max_lease > 0 ? max_lease : 0,
-                                   .on_layer = on_layer, .on_layer_ctx = &c };
-    c.threads = threads;
-    c.session_budget = session_budget;
+    uint64_t cache_bytes = a->cache_bytes ? a->cache_bytes
+                                          : (uint64_t)(a->mem_gb * 0.25 * (1ull << 30));
+    struct dsv4_engine_opts eo = { .n_threads = a->threads, .expert_cache_bytes = cache_bytes,
+                                   .max_lease = a->max_lease > 0 ? a->max_lease : 0,
+                                   .on_layer = on_layer, .on_layer_ctx = &c,
+                                   .dspark = a->dspark };
+    c.threads = a->threads;
+    c.session_budget = a->session_budget;
     struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release,
                                          fetched_prefetch };
-    if (fetcher) {  /* routed experts from dsv4-fetcher's shared cache */
-        struct dsv4_config cfg;
-        if (dsv4_config_load(model, &cfg, &err) < 0) {
-            dsv4_log_error("compute", "%s", err.msg);
-            return 78;
-        }
-        if (dsv4_fetcher_client_open(c.d.run_dir, 0, &c.fetched.client, &err) < 0) {
-            dsv4_log_error("compute", "expert cache: %s", err.msg);
-            return 69;
-        }
-        /* Map every page of the segment once, now, rather than one minor fault per 4 KiB
-         * page (3264 per expert slot) the first time a slot is read on the forward path; the
-         * pages exist (the fetcher registered them) and the plan counts the whole segment. */
-        struct dsv4_expert_shm *shm = dsv4_fetcher_client_shm(c.fetched.client);
-        uint64_t t0 = dsv4_now_ns();
-        if (madvise(shm, shm->hdr.size, MADV_POPULATE_READ) < 0)
-            dsv4_log_warn("compute", "expert segment: MADV_POPULATE_READ: %s", strerror(errno));
-        else
-            dsv4_log_info("compute", "expert segment mapped (%.1f MiB) in %.2f s",
-                          shm->hdr.size / 1048576.0, (dsv4_now_ns() - t0) / 1e9);
-        c.fetched.n_experts = cfg.n_routed_experts;
-        /* Never ask for more than the unpinned slots (the plan's rule, dsv4_expert_shm.h). */
-        uint32_t slots = dsv4_fetcher_client_shm(c.fetched.client)->n_slots;
-        if (max_lease < 0)
-            eo.max_lease = dsv4_expert_max_lease(slots, cfg.n_routed_experts);
-        c.fetched.d = &c.d;
-        c.fetched.store = dsv4_xcalloc((size_t)cfg.n_blocks * cfg.n_routed_experts,
-                                       sizeof(*c.fetched.store));
-        eo.experts = &prov;
-        dsv4_log_info("compute", "routed experts from the fetcher's cache");
-    }
-    eo.dspark = c.dspark;  /* the drafter's weights load now: a model without one is a bad config */
-    if (dsv4_engine_open(model, &eo, &c.e, &err) < 0) {
+    if (a->fetcher && (rc = open_fetched(&c, a, &eo, &prov, &err)) != DSV4_EXIT_OK) {
         dsv4_log_error("compute", "%s", err.msg);
-        dsv4_daemon_fini(&c.d);
-        return 78;      /* EX_CONFIG: a bad model is not fixed by respawning */
+        goto out;
+    }
+    /* the drafter's weights load with the engine: a model without one is a bad config */
+    if (dsv4_engine_open(a->model, &eo, &c.e, &err) < 0) {
+        dsv4_log_error("compute", "%s", err.msg);
+        rc = DSV4_EXIT_CONFIG;  /* a bad model is not fixed by respawning */
+        goto out;
     }
     c.vocab = dsv4_engine_config(c.e)->vocab_size;
     if (c.dspark)
@@ -519,41 +583,25 @@ int main(int argc, char **argv)
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
         dsv4_log_error("compute", "%s", err.msg);
-        return 78;
+        rc = DSV4_EXIT_CONFIG;
+        goto out;
     }
     c.router = dsv4_zsock(c.d.zctx, ZMQ_ROUTER, NULL);
     if (zmq_bind(c.router, ep) < 0) {
         dsv4_log_error("compute", "bind %s: %s", ep, zmq_strerror(errno));
-        return 71;
+        rc = DSV4_EXIT_OSERR;
+        goto out;
     }
     atomic_store(&c.d.stats->sessions_open, 0);
     dsv4_daemon_ready(&c.d);
-    while (!c.d.stop) {
-        zmq_pollitem_t it[3];
-        dsv4_daemon_poll_items(&c.d, it);
-        it[2] = (zmq_pollitem_t){ c.router, 0, ZMQ_POLLIN, 0 };
-        if (zmq_poll(it, 3, 1000) < 0 && errno != EINTR)
-            break;
-        dsv4_daemon_handle(&c.d, it);
-        if (it[2].revents & ZMQ_POLLIN) {
-            int r;
-            while ((r = dsv4_zrecv(c.router, &c.in, 1, 1)) != -EAGAIN) {
-                if (r < 0) {
-                    dsv4_daemon_bad_message(&c.d, "scheduler socket", "framing");
-                    continue;
-                }
-                atomic_store(&c.d.stats->active, 1);   /* work pending: the stall watchdog */
-                handle(&c);
-                atomic_store(&c.d.stats->active, 0);
-                dsv4_daemon_heartbeat(&c.d);
-            }
-        }
-    }
+    serve(&c);
     log_lookahead(&c);
     dsv4_log_info("compute", "stopping");
+out:    /* every path, from any point of the start-up: each free takes NULL */
     for (int i = 0; i < MAX_SESSIONS; i++)
         slot_free(&c.slots[i]);
-    zmq_close(c.router);
+    if (c.router)
+        zmq_close(c.router);
     dsv4_daemon_fini(&c.d);
     dsv4_engine_free(c.e);
     dsv4_fetcher_client_free(c.fetched.client);
@@ -561,5 +609,13 @@ int main(int argc, char **argv)
     free(c.logits);
     dsv4_zin_free(&c.in);
     dsv4_wire_buf_free(&c.out);
-    return 0;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    if (parse_argv(argc, argv, &a) < 0)
+        return DSV4_EXIT_USAGE;
+    return run(&a);
 }

@@ -33,6 +33,8 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "exitcode.h"
+#include "parse.h"
 #include "log.h"
 #include "sampling.h"
 #include "session_layout.h"
@@ -528,7 +530,19 @@ static void on_peer(void *ctx, int role)
     }
 }
 
-int main(int argc, char **argv)
+struct args {
+    const char *model, *run_dir;
+    int max_active, queue;
+    bool dspark;
+};
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] [--max-active N] "
+                    "[--queue N] [--dspark]\n");
+}
+
+static int parse_argv(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
         { "model", required_argument, NULL, 'm' },
@@ -538,56 +552,97 @@ int main(int argc, char **argv)
         { "dspark", no_argument, NULL, 'D' },
         { 0 },
     };
-    const char *model = NULL, *run_dir = NULL;
-    int o, max_active = DSV4_DEFAULT_SESSIONS, queue = 8;
-    bool dspark = false;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    const char *me = "dsv4-scheduler";
+    *a = (struct args){ .max_active = DSV4_DEFAULT_SESSIONS, .queue = 8 };
+    int o, r = 0;
+    while (r == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 'r': run_dir = optarg; break;
-        case 'a': max_active = atoi(optarg); break;
-        case 'q': queue = atoi(optarg); break;
-        case 'D': dspark = true; break;
-        default:
-            fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] "
-                            "[--max-active N] [--queue N] [--dspark]\n");
-            return 64;
+        case 'm': a->model = optarg; break;
+        case 'r': a->run_dir = optarg; break;
+        case 'a': r = dsv4_parse_int_opt(me, "max-active", optarg, 1, 1 << 16, &a->max_active);
+            break;
+        case 'q': r = dsv4_parse_int_opt(me, "queue", optarg, 0, 1 << 16, &a->queue); break;
+        case 'D': a->dspark = true; break;
+        default: usage(); return -EINVAL;
         }
     }
-    if (!model || max_active < 1 || queue < 0) {
-        fprintf(stderr, "dsv4-scheduler: --model DIR required; --max-active >= 1\n");
-        return 64;
+    if (r < 0)
+        return r;
+    if (!a->model || optind != argc) {
+        usage();
+        return -EINVAL;
     }
+    return 0;
+}
+
+/* Environment knobs of the tests: a number in [min, max], else the default (with a warning). */
+static int env_int(const char *name, int min, int max, int def)
+{
+    const char *v = getenv(name);
+    int x = def;
+    if (v && dsv4_parse_int(v, min, max, &x) < 0) {
+        dsv4_log_warn("scheduler", "%s=%s: want %d..%d; using %d", name, v, min, max, def);
+        x = def;
+    }
+    return x;
+}
+
+static void serve(struct sched *s)
+{
+    while (!s->d.stop) {
+        zmq_pollitem_t it[4];
+        dsv4_daemon_poll_items(&s->d, it);
+        it[2] = (zmq_pollitem_t){ s->clients, 0, ZMQ_POLLIN, 0 };
+        it[3] = (zmq_pollitem_t){ s->compute, 0, ZMQ_POLLIN, 0 };
+        bool waiting = false;
+        for (int i = 0; i < s->n_reqs && !waiting; i++)
+            waiting = s->reqs[i].state == R_ACTIVE && !s->inflight;
+        if (zmq_poll(it, 4, waiting ? 10 : 1000) < 0 && errno != EINTR)
+            break;
+        dsv4_daemon_handle(&s->d, it);
+        int r;
+        if (it[2].revents & ZMQ_POLLIN)
+            while ((r = dsv4_zrecv(s->clients, &s->in, 1, 1)) != -EAGAIN) {
+                if (r < 0)
+                    dsv4_daemon_bad_message(&s->d, "client", "framing");
+                else
+                    on_client(s);
+            }
+        if (it[3].revents & ZMQ_POLLIN)
+            while ((r = dsv4_zrecv(s->compute, &s->in, 0, 1)) != -EAGAIN)
+                if (r == 0)
+                    on_compute(s);
+        schedule(s);
+    }
+}
+
+static int run(const struct args *a)
+{
     static struct sched s;
-    struct dsv4_err err;
-    if (dsv4_daemon_init(&s.d, DSV4_ROLE_SCHEDULER, run_dir, &err) < 0) {
+    struct dsv4_err err = { "" };
+    int rc = DSV4_EXIT_OK;
+    if (dsv4_daemon_init(&s.d, DSV4_ROLE_SCHEDULER, a->run_dir, &err) < 0) {
         dsv4_log_error("scheduler", "%s", err.msg);
-        return 71;
+        rc = DSV4_EXIT_OSERR;
+        goto out;
     }
     s.d.on_peer = on_peer;
     s.d.peer_ctx = &s;
     struct dsv4_config cfg;
-    if (dsv4_config_load(model, &cfg, &err) < 0) {
+    if (dsv4_config_load(a->model, &cfg, &err) < 0) {
         dsv4_log_error("scheduler", "%s", err.msg);
-        return 78;
+        rc = DSV4_EXIT_CONFIG;
+        goto out;
     }
     s.eos = cfg.eos_token_id;
-    s.dspark_block = dspark ? cfg.dspark_block_size : 0;
-    const char *fixed = getenv("DSV4_TEST_DSPARK_VERIFY");
-    s.dspark_opts.fixed_verify = fixed ? atoi(fixed) : 0;
-    if (dsv4_tokenizer_open_dir(model, &s.tok, &err) < 0)
+    s.dspark_block = a->dspark ? cfg.dspark_block_size : 0;
+    s.dspark_opts.fixed_verify = env_int("DSV4_TEST_DSPARK_VERIFY", 0, DSV4_WIRE_MAX_DRAFT, 0);
+    if (dsv4_tokenizer_open_dir(a->model, &s.tok, &err) < 0)
         dsv4_log_info("scheduler", "no tokenizer (%s): stop strings refused", err.msg);
-    s.max_active = max_active;
-    s.queue_cap = queue;
-    s.n_reqs = max_active + queue;
-    const char *rows = getenv("DSV4_PREFILL_ROWS");
-    s.prefill_rows = PREFILL_ROWS;
-    if (rows && (atoi(rows) < 1 || atoi(rows) > DSV4_WIRE_MAX_TOKENS)) {
-        dsv4_log_error("scheduler", "DSV4_PREFILL_ROWS=%s: want 1..%d", rows, DSV4_WIRE_MAX_TOKENS);
-        return 78;
-    } else if (rows) {
-        s.prefill_rows = (uint32_t)atoi(rows);
-    }
+    s.max_active = a->max_active;
+    s.queue_cap = a->queue;
+    s.n_reqs = a->max_active + a->queue;
+    s.prefill_rows = (uint32_t)env_int("DSV4_PREFILL_ROWS", 1, DSV4_WIRE_MAX_TOKENS, PREFILL_ROWS);
     s.reqs = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.reqs));
     /* session ids unique across scheduler restarts: compute may still hold older ones */
     s.next_session = (uint64_t)getpid() << 32;
@@ -596,47 +651,36 @@ int main(int argc, char **argv)
     s.clients = dsv4_zsock(s.d.zctx, ZMQ_ROUTER, NULL);
     int mandatory = 1;  /* sends to a gone client fail (EHOSTUNREACH): see to_client() */
     zmq_setsockopt(s.clients, ZMQ_ROUTER_MANDATORY, &mandatory, sizeof(mandatory));
+    err.msg[0] = '\0';  /* the tokenizer's note above is not a socket error */
     if (dsv4_rundir_endpoint(s.d.run_dir, "compute", ep, &err) < 0 || zmq_connect(s.compute, ep) < 0 ||
         dsv4_rundir_endpoint(s.d.run_dir, "sched", ep, &err) < 0 || zmq_bind(s.clients, ep) < 0) {
         dsv4_log_error("scheduler", "sockets: %s", err.msg[0] ? err.msg : zmq_strerror(errno));
-        return 71;
+        rc = DSV4_EXIT_OSERR;
+        goto out;
     }
     dsv4_daemon_ready(&s.d);
-    while (!s.d.stop) {
-        zmq_pollitem_t it[4];
-        dsv4_daemon_poll_items(&s.d, it);
-        it[2] = (zmq_pollitem_t){ s.clients, 0, ZMQ_POLLIN, 0 };
-        it[3] = (zmq_pollitem_t){ s.compute, 0, ZMQ_POLLIN, 0 };
-        bool waiting = false;
-        for (int i = 0; i < s.n_reqs && !waiting; i++)
-            waiting = s.reqs[i].state == R_ACTIVE && !s.inflight;
-        if (zmq_poll(it, 4, waiting ? 10 : 1000) < 0 && errno != EINTR)
-            break;
-        dsv4_daemon_handle(&s.d, it);
-        int r;
-        if (it[2].revents & ZMQ_POLLIN)
-            while ((r = dsv4_zrecv(s.clients, &s.in, 1, 1)) != -EAGAIN) {
-                if (r < 0)
-                    dsv4_daemon_bad_message(&s.d, "client", "framing");
-                else
-                    on_client(&s);
-            }
-        if (it[3].revents & ZMQ_POLLIN)
-            while ((r = dsv4_zrecv(s.compute, &s.in, 0, 1)) != -EAGAIN)
-                if (r == 0)
-                    on_compute(&s);
-        schedule(&s);
-    }
+    serve(&s);
     dsv4_log_info("scheduler", "stopping");
     for (int i = 0; i < s.n_reqs; i++)
         if (s.reqs[i].state != R_FREE)
             fail(&s, &s.reqs[i], DSV4_WE_UNAVAILABLE, "scheduler stopping");
-    zmq_close(s.clients);
-    zmq_close(s.compute);
+out:    /* every path: each free takes NULL */
+    if (s.clients)
+        zmq_close(s.clients);
+    if (s.compute)
+        zmq_close(s.compute);
     dsv4_daemon_fini(&s.d);
     dsv4_tokenizer_free(s.tok);
     free(s.reqs);
     dsv4_zin_free(&s.in);
     dsv4_wire_buf_free(&s.out);
-    return 0;
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    if (parse_argv(argc, argv, &a) < 0)
+        return DSV4_EXIT_USAGE;
+    return run(&a);
 }
