@@ -32,6 +32,7 @@
 #include <zmq.h>
 
 #include "config.h"
+#include "buf.h"
 #include "daemon.h"
 #include "exitcode.h"
 #include "parse.h"
@@ -58,7 +59,12 @@ struct req {
     int32_t *toks;              /* prompt, then generated tokens */
     uint32_t n_prompt, n_tok, max_tokens, n_gen;
     char *stop;
-    uint32_t n_stop;
+    uint32_t n_stop, max_stop_len;
+    /* the generated text so far, decoded incrementally for the stop strings */
+    struct dsv4_detok detok;
+    struct dsv4_buf text;
+    uint32_t n_decoded;         /* generated tokens fed to detok */
+    bool detok_on;
     bool opened, cancel;
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t t_submit, t_last;
@@ -141,6 +147,9 @@ static void free_req(struct sched *s, struct req *r)
         prefill_gauges(s, NULL, 0, 0);
     free(r->toks);
     free(r->stop);
+    if (r->detok_on)
+        dsv4_detok_free(&r->detok);
+    dsv4_buf_free(&r->text);
     memset(r, 0, sizeof(*r));
 }
 
@@ -170,21 +179,38 @@ static void fail(struct sched *s, struct req *r, int code, const char *text)
     free_req(s, r);
 }
 
-/* Does the generated text contain one of the stop strings? */
+/*
+ * Does the generated text contain one of the stop strings? The text grows by the new
+ * tokens' pieces only (the streaming detokenizer: its pieces concatenate to the full decode),
+ * and only the part a new match can touch is searched — the new bytes and max_stop_len - 1
+ * before them — so a request costs O(generated text), not O(n²).
+ */
 static bool hit_stop(struct sched *s, struct req *r)
 {
-    if (!r->n_stop || !s->tok)
+    if (!r->n_stop || !r->max_stop_len || !s->tok)
+        return false;       /* no stop strings, or only empty ones (they match nothing) */
+    if (!r->detok_on) {
+        dsv4_detok_init(&r->detok, s->tok, false);
+        r->detok_on = true;
+    }
+    size_t old = r->text.len;
+    for (; r->n_decoded < r->n_gen; r->n_decoded++) {
+        const char *piece;
+        size_t n;
+        if (dsv4_detok_feed(&r->detok, (uint32_t)r->toks[r->n_prompt + r->n_decoded], &piece, &n,
+                            NULL) < 0)
+            return false;   /* an id outside the vocabulary: no text to match */
+        dsv4_buf_append(&r->text, piece, n);
+    }
+    if (r->text.len == old)
         return false;
-    char *text;
-    size_t len;
-    if (dsv4_tokenizer_decode(s->tok, (const uint32_t *)(r->toks + r->n_prompt), r->n_gen, false,
-                              &text, &len, NULL) < 0)
-        return false;
-    bool hit = false;
-    for (const char *p = r->stop; !hit && p < r->stop + r->n_stop; p += strlen(p) + 1)
-        hit = strstr(text, p) != NULL;
-    free(text);
-    return hit;
+    size_t from = old >= r->max_stop_len ? old - (r->max_stop_len - 1) : 0;
+    const char *hay = r->text.p + from;
+    size_t hay_len = r->text.len - from;
+    for (const char *p = r->stop; p < r->stop + r->n_stop; p += strlen(p) + 1)
+        if (*p && memmem(hay, hay_len, p, strlen(p)))
+            return true;
+    return false;
 }
 
 /* The stop condition after the last generated token, or -1 to continue. */
@@ -241,6 +267,8 @@ static void admit(struct sched *s, const struct dsv4_msg *m)
             r->stop = dsv4_xmalloc(g->n_stop_bytes);
             memcpy(r->stop, (const char *)m->tail + (size_t)r->n_tok * 4, g->n_stop_bytes);
             r->n_stop = g->n_stop_bytes;
+            for (const char *q = r->stop; q < r->stop + r->n_stop; q += strlen(q) + 1)
+                r->max_stop_len = DSV4_MAX(r->max_stop_len, (uint32_t)strlen(q));
         }
         r->first_sent = g->n_done > 0;
         spec_admit(&r->spec, s->dspark_block, g->temperature == 0.0f, g->flags, &s->dspark_opts);
