@@ -98,7 +98,7 @@ int32_t dsv4_argmax(const float *logits, int n)
     return best;
 }
 
-double dsv4_log_softmax_at(const float *logits, int n, int32_t token)
+void dsv4_log_softmax_terms(const float *logits, int n, double *max, double *log_sum)
 {
     double mx = logits[0];
     for (int i = 1; i < n; i++)
@@ -106,5 +106,34 @@ double dsv4_log_softmax_at(const float *logits, int n, int32_t token)
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += exp((double)logits[i] - mx);
-    return (double)logits[token] - mx - log(sum);
+    *max = mx;
+    *log_sum = log(sum);
+}
+
+double dsv4_log_softmax_at(const float *logits, int n, int32_t token)
+{
+    double mx, ls;
+    dsv4_log_softmax_terms(logits, n, &mx, &ls);
+    return (double)logits[token] - mx - ls;
+}
+
+/* Does (va, a) rank before (vb, b)? Larger logit first, then the lower id. */
+static bool ranks_before(float va, int32_t a, float vb, int32_t b)
+{
+    return va > vb || (va == vb && a < b);
+}
+
+void dsv4_top_k(const float *logits, int n, int k, int32_t *ids)
+{
+    int have = 0;   /* ids[0..have) sorted by rank */
+    for (int v = 0; v < n; v++) {
+        if (have == k && !ranks_before(logits[v], v, logits[ids[k - 1]], ids[k - 1]))
+            continue;   /* the common case: one compare */
+        int j = have < k ? have++ : k - 1;
+        while (j > 0 && ranks_before(logits[v], v, logits[ids[j - 1]], ids[j - 1])) {
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        ids[j] = v;
+    }
 }

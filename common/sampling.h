@@ -25,3 +25,9 @@ int32_t dsv4_sample(const float *logits, int n, const struct dsv4_sampling *p, u
 int32_t dsv4_argmax(const float *logits, int n);
 /* log-softmax of logits[token] over n entries (fp64 accumulation). */
 double dsv4_log_softmax_at(const float *logits, int n, int32_t token);
+/* The two terms of that log-softmax, computed once for a row: logprob(v) =
+ * (double)logits[v] - *max - *log_sum, bitwise dsv4_log_softmax_at(logits, n, v). */
+void dsv4_log_softmax_terms(const float *logits, int n, double *max, double *log_sum);
+/* The k largest logits' ids into ids[0..k) in descending order, ties to the lower id (the
+ * order repeated dsv4_argmax would give); k <= n. O(n) for small k plus O(k) per entrant. */
+void dsv4_top_k(const float *logits, int n, int k, int32_t *ids);

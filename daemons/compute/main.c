@@ -285,21 +285,14 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
         dsv4_wire_put(&c->out, &row, sizeof(row));
     }
     for (uint32_t i = 0; i < nr && k; i++) {
-        /* top-k by repeated selection (k <= 64): ties to the lower id like dsv4_argmax */
+        /* ties to the lower id like dsv4_argmax; one softmax pass per row, not per entry */
         const float *lg = c->logits + (size_t)i * c->vocab;
-        int32_t taken[DSV4_WIRE_MAX_TOPK];
+        int32_t top[DSV4_WIRE_MAX_TOPK];
+        double mx, ls;
+        dsv4_top_k(lg, c->vocab, (int)k, top);
+        dsv4_log_softmax_terms(lg, c->vocab, &mx, &ls);
         for (uint32_t j = 0; j < k; j++) {
-            int32_t best = -1;
-            for (int v = 0; v < c->vocab; v++) {
-                bool used = false;
-                for (uint32_t q = 0; q < j && !used; q++)
-                    used = taken[q] == v;
-                if (!used && (best < 0 || lg[v] > lg[best]))
-                    best = v;
-            }
-            taken[j] = best;
-            struct dsv4_wire_topk t = { best,
-                                        (float)DSV4_MIN(0.0, dsv4_log_softmax_at(lg, c->vocab, best)) };
+            struct dsv4_wire_topk t = { top[j], (float)DSV4_MIN(0.0, (double)lg[top[j]] - mx - ls) };
             dsv4_wire_put(&c->out, &t, sizeof(t));
         }
     }

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -165,6 +166,47 @@ static void test_ranges(void **state)
     dsv4_wire_buf_free(&b);
 }
 
+/* top-k against repeated argmax-with-exclusion (the old O(k²·V) definition), with many ties. */
+static void test_top_k(void **state)
+{
+    (void)state;
+    enum { V = 500 };
+    float lg[V];
+    uint64_t x = 12345;
+    for (int trial = 0; trial < 40; trial++) {
+        for (int v = 0; v < V; v++) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            lg[v] = (float)((x >> 33) % 23) * 0.25f - 2.0f;     /* 23 values: ties everywhere */
+        }
+        int k = 1 + trial % DSV4_WIRE_MAX_TOPK;
+        int32_t got[DSV4_WIRE_MAX_TOPK], want[DSV4_WIRE_MAX_TOPK];
+        dsv4_top_k(lg, V, k, got);
+        for (int j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (int v = 0; v < V; v++) {
+                bool used = false;
+                for (int q = 0; q < j; q++)
+                    used |= want[q] == v;
+                if (!used && (best < 0 || lg[v] > lg[best]))
+                    best = v;
+            }
+            want[j] = best;
+        }
+        assert_memory_equal(got, want, (size_t)k * sizeof(int32_t));
+        double mx, ls;
+        dsv4_log_softmax_terms(lg, V, &mx, &ls);
+        for (int j = 0; j < k; j++) {
+            double a = (double)lg[got[j]] - mx - ls, b = dsv4_log_softmax_at(lg, V, got[j]);
+            assert_memory_equal(&a, &b, sizeof(a));     /* bitwise */
+        }
+    }
+    int32_t all[6];
+    const float small[6] = { 1, 3, 3, 2, 3, 0 };
+    dsv4_top_k(small, 6, 6, all);
+    const int32_t order[6] = { 1, 2, 4, 3, 0, 5 };
+    assert_memory_equal(all, order, sizeof(order));
+}
+
 static void test_sampling(void **state)
 {
     (void)state;
@@ -211,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_ranges),
         cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_top_k),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
