@@ -5,7 +5,8 @@
  * main_norm(main_proj(taps)); context rows = the window-KV path of each stage at their own
  * positions; the block runs through the stages with the target's mHC, attention and MoE
  * code; the head side (hc_head, norm, shared LM head, Markov bias, confidence) is fp32 over
- * bf16 values. The scratch of the block forward is a private one-chunk session.
+ * bf16 values. The scratch of the block forward is a private scratch-only session (no
+ * target-layer state: that was ≈ 14 MB of unused rings per Flash session).
  */
 #include "dspark.h"
 
@@ -50,7 +51,7 @@ int dsv4_drafter_new(dsv4_engine *e, dsv4_drafter **ret, struct dsv4_err *err)
     d->W = c->window;
     d->D = c->head_dim;
     struct dsv4_session_opts so = { .max_ctx = d->chunk, .chunk = d->chunk, .max_rollback = 1 };
-    int rc = dsv4_session_new(e, &so, &d->scr, err);
+    int rc = session_new_scratch(e, &so, &d->scr, err);
     if (rc < 0) {
         free(d);
         return rc;
@@ -107,6 +108,13 @@ int dsv4_drafter_window(const dsv4_drafter *d)
 int64_t dsv4_drafter_pos(const dsv4_drafter *d)
 {
     return d->n;
+}
+
+uint64_t dsv4_drafter_state_bytes(const dsv4_drafter *d)
+{
+    uint64_t state, scratch;
+    dsv4_session_bytes(d->scr, &state, &scratch);
+    return state + (uint64_t)d->w->stages * d->W * d->D * sizeof(float);
 }
 
 int dsv4_drafter_block(const dsv4_drafter *d)

@@ -26,6 +26,9 @@ dsv4_drafter *dsv4_drafter_free(dsv4_drafter *d);
 void dsv4_drafter_reset(dsv4_drafter *d);
 /* Committed positions (= the position of the next anchor). */
 int64_t dsv4_drafter_pos(const dsv4_drafter *d);
+/* Bytes of per-sequence state the drafter holds: its context ring (stages × window × head_dim
+ * floats) and nothing of the target's layers. */
+uint64_t dsv4_drafter_state_bytes(const dsv4_drafter *d);
 /* γ, the drafted block size (the drafter always drafts a whole block). */
 int dsv4_drafter_block(const dsv4_drafter *d);
 /* The target layers whose taps commit() wants, ascending (a dsv4_capture layer list). */

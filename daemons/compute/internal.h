@@ -146,6 +146,12 @@ void hadamard_inplace(float *x, int n);
 double dot_f64(const float *a, const float *b, int n);
 float sigmoidf_(float x);
 
+/* ---- session.c ---- */
+/* A session holding only scratch (no per-layer KV, compressor or indexer state): the
+ * drafter's block forward needs the scratch of `chunk` rows and keeps its own context ring. */
+int session_new_scratch(dsv4_engine *e, const struct dsv4_session_opts *opts,
+                        dsv4_session **ret, struct dsv4_err *err);
+
 /* ---- step entry points ---- */
 void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
              const float *scale, int n, float *y, float *post, float *comb);

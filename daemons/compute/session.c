@@ -24,8 +24,8 @@ static void *zcount(uint64_t *bytes, uint64_t count, size_t size)
     return dsv4_xcalloc(count ? count : 1, size);
 }
 
-int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
-                     dsv4_session **ret, struct dsv4_err *err)
+static int session_new(dsv4_engine *e, const struct dsv4_session_opts *opts, bool with_state,
+                       dsv4_session **ret, struct dsv4_err *err)
 {
     const struct dsv4_config *c = &e->cfg;
     struct dsv4_session_opts o = opts ? *opts : (struct dsv4_session_opts){ 0 };
@@ -43,7 +43,7 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
     s->ring_cap = L->ring_cap;
     s->max_visible = L->max_visible;
     s->ls = dsv4_xcalloc((size_t)DSV4_MAX(c->n_layers, 1), sizeof(*s->ls));
-    for (int l = 0; l < c->n_layers; l++) {
+    for (int l = 0; l < c->n_layers && with_state; l++) {
         struct layer_state *st = &s->ls[l];
         struct dsv4_layer_layout ll;
         dsv4_layer_layout(c, L, l, &ll);
@@ -63,9 +63,22 @@ int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
 #define ALLOC(name, type, count) sc->name = zcount(&s->scratch_bytes, (count), sizeof(type));
     DSV4_SCRATCH_ARRAYS(ALLOC)
 #undef ALLOC
-    assert(s->state_bytes == L->state_bytes && s->scratch_bytes == L->scratch_bytes);
+    assert(s->state_bytes == (with_state ? L->state_bytes : 0) &&
+           s->scratch_bytes == L->scratch_bytes);
     *ret = s;
     return 0;
+}
+
+int dsv4_session_new(dsv4_engine *e, const struct dsv4_session_opts *opts,
+                     dsv4_session **ret, struct dsv4_err *err)
+{
+    return session_new(e, opts, true, ret, err);
+}
+
+int session_new_scratch(dsv4_engine *e, const struct dsv4_session_opts *opts,
+                        dsv4_session **ret, struct dsv4_err *err)
+{
+    return session_new(e, opts, false, ret, err);
 }
 
 dsv4_session *dsv4_session_free(dsv4_session *s)

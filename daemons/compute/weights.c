@@ -35,7 +35,8 @@ static int find(dsv4_engine *e, const char *name, enum dsv4_dtype dt, int rank, 
     return 0;
 }
 
-static int read_all(dsv4_engine *e, const struct dsv4_tensor *t, void **ret, struct dsv4_err *err)
+/* The tensor's bytes in a buffer the caller frees (converted, then dropped). */
+static int read_tmp(dsv4_engine *e, const struct dsv4_tensor *t, void **ret, struct dsv4_err *err)
 {
     void *buf = dsv4_xaligned_alloc(64, t->nbytes ? t->nbytes : 1);
     int rc = dsv4_checkpoint_read(e->ckpt, t, 0, buf, t->nbytes, err);
@@ -43,9 +44,17 @@ static int read_all(dsv4_engine *e, const struct dsv4_tensor *t, void **ret, str
         free(buf);
         return rc;
     }
-    engine_track(e, buf, t->nbytes);
     *ret = buf;
     return 0;
+}
+
+/* The tensor's bytes, resident for the engine's life (freed by dsv4_engine_free). */
+static int read_all(dsv4_engine *e, const struct dsv4_tensor *t, void **ret, struct dsv4_err *err)
+{
+    int rc = read_tmp(e, t, ret, err);
+    if (rc == 0)
+        engine_track(e, *ret, t->nbytes);
+    return rc;
 }
 
 /* A vector (or flattened matrix) of n values stored F32 or BF16, as fp32. */
@@ -60,16 +69,15 @@ static int load_f32(dsv4_engine *e, const char *name, uint64_t d0, uint64_t d1, 
     if (rc < 0)
         return rc;
     void *raw;
-    if ((rc = read_all(e, t, &raw, err)) < 0)
+    if (dt == DSV4_DTYPE_F32)
+        return read_all(e, t, (void **)ret, err);
+    if ((rc = read_tmp(e, t, &raw, err)) < 0)
         return rc;
-    if (dt == DSV4_DTYPE_F32) {
-        *ret = raw;
-        return 0;
-    }
     float *f = dsv4_xmalloc(t->n_elements * sizeof(float));
     engine_track(e, f, t->n_elements * sizeof(float));
     for (uint64_t i = 0; i < t->n_elements; i++)
         f[i] = dsv4_bf16_to_f32(((const uint16_t *)raw)[i]);
+    free(raw);      /* only the fp32 copy stays resident */
     *ret = f;
     return 0;
 }
@@ -206,18 +214,21 @@ static int load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, i
         snprintf(n, sizeof(n), "%s.ffn.gate.tid2eid", p);
         if ((rc = find(e, n, DSV4_DTYPE_I64, 2, (uint64_t)c->vocab_size, (uint64_t)K, &t,
                        err)) < 0 ||
-            (rc = read_all(e, t, &raw, err)) < 0)
+            (rc = read_tmp(e, t, &raw, err)) < 0)
             return rc;
         lw->tid2eid = dsv4_xmalloc(t->n_elements * sizeof(int32_t));
         engine_track(e, lw->tid2eid, t->n_elements * sizeof(int32_t));
         for (uint64_t i = 0; i < t->n_elements; i++) {
             int64_t v;
             memcpy(&v, (const char *)raw + 8 * i, 8);
-            if (v < 0 || v >= c->n_routed_experts)
+            if (v < 0 || v >= c->n_routed_experts) {
+                free(raw);
                 return dsv4_errf(err, -EINVAL, "checkpoint: %s[%llu] = %lld is not an expert id",
                                  n, (unsigned long long)i, (long long)v);
+            }
             lw->tid2eid[i] = (int32_t)v;
         }
+        free(raw);  /* only the int32 table stays resident */
     } else {
         F32(gate_bias, "ffn.gate.bias", (uint64_t)c->n_routed_experts, 0);
     }

@@ -36,16 +36,15 @@ void dsv4_plan_session_bytes(const struct dsv4_config *c, int64_t max_ctx, int c
     *scratch = L.scratch_bytes;
 }
 
-/* What weights.c keeps of one dense tensor: the bytes read, plus an fp32 copy of BF16
- * vectors (norms) and an int32 copy of the I64 hash tables. */
+/* What weights.c keeps of one dense tensor: the bytes read, except BF16 vectors (norms),
+ * kept as their fp32 copy only, and the I64 hash tables, kept as int32 only. */
 static uint64_t resident_bytes(const struct dsv4_inv_entry *t)
 {
-    uint64_t b = t->nbytes;
     if (t->dtype == DSV4_DTYPE_BF16 && t->rank == 1)
-        b += 2 * t->nbytes;
+        return 2 * t->nbytes;
     if (t->dtype == DSV4_DTYPE_I64)
-        b += t->nbytes / 2;
-    return b;
+        return t->nbytes / 2;
+    return t->nbytes;
 }
 
 uint64_t dsv4_plan_default_budget(void)

@@ -206,6 +206,10 @@ static void test_bad_calls(void **state)
     struct dsv4_err err = { "" };
     dsv4_drafter *d = NULL;
     assert_int_equal(dsv4_drafter_new(e, &d, &err), 0);
+    /* its own ring only: no target-layer state borrowed with its scratch */
+    const struct dsv4_config *cf = dsv4_engine_config(e);
+    assert_int_equal(dsv4_drafter_state_bytes(d),
+                     (uint64_t)cf->dspark_stages * cf->window * cf->head_dim * sizeof(float));
     int32_t ids[64];
     /* nothing committed yet */
     assert_int_equal(dsv4_drafter_draft(d, 3, NULL, ids, NULL, NULL, &err), -EINVAL);
