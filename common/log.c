@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "log.h"
+#include "parse.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -63,7 +64,8 @@ static void vlog(enum dsv4_log_level level, const char *topic, const char *suffi
         return;
     if (tee_fd == -2) {
         const char *t = secure_getenv("DSV4_LOG_TEE_FD");
-        tee_fd = t ? atoi(t) : -1;
+        if (!t || dsv4_parse_int(t, 3, 1 << 20, &tee_fd) < 0)
+            tee_fd = -1;
     }
     if (tee_fd > 2 && write(tee_fd, line, (size_t)n) < 0)
         tee_fd = -1;

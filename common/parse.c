@@ -101,3 +101,23 @@ int dsv4_parse_double_opt(const char *prog, const char *name, const char *s, dou
                 min, max);
     return r;
 }
+
+int dsv4_parse_int_or_exit(const char *what, const char *s, int min, int max)
+{
+    int v = 0;
+    if (dsv4_parse_int(s, min, max, &v) < 0) {
+        fprintf(stderr, "%s: '%s' is not an integer in [%d, %d]\n", what, s ? s : "", min, max);
+        exit(64);
+    }
+    return v;
+}
+
+double dsv4_parse_double_or_exit(const char *what, const char *s, double min, double max)
+{
+    double v = 0;
+    if (dsv4_parse_double(s, min, max, &v) < 0) {
+        fprintf(stderr, "%s: '%s' is not a number in [%g, %g]\n", what, s ? s : "", min, max);
+        exit(64);
+    }
+    return v;
+}

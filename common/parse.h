@@ -14,6 +14,10 @@ int dsv4_parse_i64(const char *s, int64_t min, int64_t max, int64_t *ret);
 int dsv4_parse_int(const char *s, int min, int max, int *ret);
 int dsv4_parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *ret);
 int dsv4_parse_double(const char *s, double min, double max, double *ret);
+/* Benchmarks and tools: the number, or exit 64 naming `what` and the value. */
+int dsv4_parse_int_or_exit(const char *what, const char *s, int min, int max);
+double dsv4_parse_double_or_exit(const char *what, const char *s, double min, double max);
+
 /*
  * argv helper: parse `s` as an option's value or print "PROG: --NAME: 'S' is not a number in
  * [MIN, MAX]" to stderr; returns 0 or a negative errno.

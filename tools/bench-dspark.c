@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "speculate.h"
+#include "parse.h"
 #include "util.h"
 
 static int n_tok = 24, plen = 4, threads = 2, reps = 2, cache_mib = 0;
@@ -120,15 +121,15 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (!strcmp(argv[i], "--tokens"))
-            n_tok = atoi(v), i++;
+            n_tok = dsv4_parse_int_or_exit("--tokens", v, 1, 1048576), i++;
         else if (!strcmp(argv[i], "--prompt-len"))
-            plen = atoi(v), i++;
+            plen = dsv4_parse_int_or_exit("--prompt-len", v, 1, 4096), i++;
         else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(v), i++;
+            threads = dsv4_parse_int_or_exit("--threads", v, 1, 4096), i++;
         else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(v), i++;
+            reps = dsv4_parse_int_or_exit("--reps", v, 1, 1000), i++;
         else if (!strcmp(argv[i], "--cache-mib"))
-            cache_mib = atoi(v), i++;
+            cache_mib = dsv4_parse_int_or_exit("--cache-mib", v, 1, 16777216), i++;
         else if (!strcmp(argv[i], "--ks"))
             ks_arg = v, i++;
         else if (argv[i][0] != '-' && !model)
@@ -155,8 +156,11 @@ int main(int argc, char **argv)
         die("drafter", &err);
     int gamma = dsv4_drafter_block(d), ks[16], nk = 0;
     for (const char *p = ks_arg; *p && nk < 16;) {
-        ks[nk++] = atoi(p);
-        p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
+        char one[16];
+        size_t n = strcspn(p, ",");
+        snprintf(one, sizeof(one), "%.*s", (int)DSV4_MIN(n, sizeof(one) - 1), p);
+        ks[nk++] = dsv4_parse_int_or_exit("--ks", one, 0, 64);
+        p += n + (p[n] == ',');
     }
     int32_t *want = dsv4_xmalloc((size_t)n_tok * sizeof(int32_t));
     int32_t *ids = dsv4_xmalloc((size_t)n_tok * sizeof(int32_t));

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "fetcher.h"
+#include "parse.h"
 #include "fetcher_client.h"
 #include "fetcher_io.h"
 #include "fetcher_shm.h"
@@ -288,15 +289,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dir"))
             dir = argv[i + 1];
         else if (!strcmp(argv[i], "--experts"))
-            n_experts = atoi(argv[i + 1]);
+            n_experts = dsv4_parse_int_or_exit("--experts", argv[i + 1], 1, 1 << 20);
         else if (!strcmp(argv[i], "--slots"))
-            slots = (uint32_t)atoi(argv[i + 1]);
+            slots = (uint32_t)dsv4_parse_int_or_exit("--slots", argv[i + 1], 1, 1 << 24);
         else if (!strcmp(argv[i], "--queue-depth"))
-            qd = (uint32_t)atoi(argv[i + 1]);
+            qd = (uint32_t)dsv4_parse_int_or_exit("--queue-depth", argv[i + 1], 1, 4096);
         else if (!strcmp(argv[i], "--chunk-kib"))
-            chunk = (uint32_t)atoi(argv[i + 1]) * 1024;
+            chunk = (uint32_t)dsv4_parse_int_or_exit("--chunk-kib", argv[i + 1], 4, 1 << 20) * 1024;
         else if (!strcmp(argv[i], "--runs"))
-            runs = atoi(argv[i + 1]);
+            runs = dsv4_parse_int_or_exit("--runs", argv[i + 1], 1, 1000);
     }
     if (!config) {
         fprintf(stderr, "usage: bench-fetcher --config FLASH_CONFIG.json [--dir D] [--experts N] "

@@ -19,6 +19,7 @@
 
 #include "corpus.h"
 #include "tokenizer.h"
+#include "parse.h"
 #include "util.h"
 
 static void hardware_line(void)
@@ -51,13 +52,13 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc)
             model = argv[++i];
         else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc)
-            mb = atof(argv[++i]);
+            mb = dsv4_parse_double_or_exit("--mb", argv[++i], 0.001, 1e6);
         else if (strcmp(argv[i], "--node") == 0 && i + 1 < argc)
             node = argv[++i];
         else if (strcmp(argv[i], "--npm") == 0 && i + 1 < argc)
             npm = argv[++i];
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
-            runs = atoi(argv[++i]);
+            runs = dsv4_parse_int_or_exit("--runs", argv[++i], 1, 1000);
         else {
             fprintf(stderr, "usage: %s --model DIR [--mb N] [--node NODE] [--npm DIR] [--runs N]\n",
                     argv[0]);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "dsv4_wire.h"
+#include "parse.h"
 #include "rundir.h"
 
 void dsv4_rundir_resolve(const char *arg, char *out)
@@ -183,8 +184,11 @@ int dsv4_rundir_supervisor_pid(const char *dir)
     int pid = 0;
     if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
         char buf[32] = { 0 };
-        if (pread(fd, buf, sizeof(buf) - 1, 0) > 0)
-            pid = atoi(buf);
+        if (pread(fd, buf, sizeof(buf) - 1, 0) > 0) {
+            buf[strcspn(buf, "\n")] = '\0';
+            if (dsv4_parse_int(buf, 1, INT32_MAX, &pid) < 0)
+                pid = 0;
+        }
         if (pid <= 0)
             pid = -1;   /* held, pid not written yet */
     }

@@ -24,6 +24,7 @@
 #include "chat.h"
 #include "client.h"
 #include "dsv4ctl.h"
+#include "parse.h"
 #include "progress.h"
 #include "prompt.h"
 #include "tokenizer.h"
@@ -119,8 +120,9 @@ int dsv4ctl_gen(int argc, char **argv)
     struct gen_args a = { .max_tokens = 16, .top_p = 1.0, .progress = -1 };
     int o;
     optind = 1;
+    const char *me = "dsv4ctl gen";
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end = NULL;
+        int bad = 0;
         switch (o) {
         case 'r': a.run_dir = optarg; break;
         case 'i': a.prompt_ids = optarg; break;
@@ -133,11 +135,13 @@ int dsv4ctl_gen(int argc, char **argv)
         case 'g': a.progress = 0; break;
         case 'D': a.no_dspark = false; break;  /* the default: speculate if the set runs --dspark */
         case 'E': a.no_dspark = true; break;
-        case 'n': a.max_tokens = (int)strtol(optarg, &end, 10); break;
-        case 't': a.temperature = strtod(optarg, &end); break;
-        case 'P': a.top_p = strtod(optarg, &end); break;
-        case 'k': a.top_k = (int)strtol(optarg, &end, 10); break;
-        case 's': a.seed = strtoull(optarg, &end, 10); break;
+        case 'n': bad = dsv4_parse_int_opt(me, "max-tokens", optarg, 1, DSV4_WIRE_MAX_TOKENS,
+                                           &a.max_tokens); break;
+        case 't': bad = dsv4_parse_double_opt(me, "temperature", optarg, 0, 1e6, &a.temperature);
+            break;
+        case 'P': bad = dsv4_parse_double_opt(me, "top-p", optarg, 0, 1, &a.top_p); break;
+        case 'k': bad = dsv4_parse_int_opt(me, "top-k", optarg, 0, INT32_MAX, &a.top_k); break;
+        case 's': bad = dsv4_parse_u64_opt(me, "seed", optarg, 0, UINT64_MAX, &a.seed); break;
         case 'f': a.format = optarg; break;
         case 'S': {
             size_t n = strlen(optarg) + 1;
@@ -157,10 +161,8 @@ int dsv4ctl_gen(int argc, char **argv)
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
-        if (end && *end) {
-            fprintf(stderr, "dsv4ctl gen: bad number '%s'\n", optarg);
+        if (bad < 0)
             return DSV4_EXIT_USAGE;
-        }
     }
     if (!a.text && optind < argc)
         a.text = argv[optind++];

@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "dsv4ctl.h"
+#include "parse.h"
 #include "plan.h"
 #include "session_layout.h"
 
@@ -58,17 +59,22 @@ int dsv4ctl_plan(int argc, char **argv)
     };
     const char *model = NULL;
     double gb = 0;
-    long long ctx = 0;
-    int sessions = 0, threads = dsv4ctl_default_threads(), c;
+    int64_t ctx = 0;
+    int sessions = 0, threads = dsv4ctl_default_threads(), c, bad = 0;
+    const char *me = "dsv4ctl plan";
     bool json = false, dspark = false;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while (bad == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
-        case 'g': gb = atof(optarg); break;
-        case 'c': ctx = atoll(optarg); break;
-        case 's': sessions = atoi(optarg); break;
-        case 't': threads = atoi(optarg); break;
+        case 'g': bad = dsv4_parse_double_opt(me, "memory-gb", optarg, 0, 1 << 24, &gb); break;
+        case 'c': bad = dsv4_parse_i64(optarg, 0, INT32_MAX, &ctx);
+            if (bad < 0)
+                fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me, optarg,
+                        INT32_MAX);
+            break;
+        case 's': bad = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
+        case 't': bad = dsv4_parse_int_opt(me, "threads", optarg, 1, 4096, &threads); break;
         case 'j': json = true; break;
         case 'D': dspark = true; break;
         case 'h':
@@ -76,12 +82,14 @@ int dsv4ctl_plan(int argc, char **argv)
                    "[--threads N] [--dspark] [--json]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable)\n"
                    "  --max-ctx    positions per session (default " DSV4_STRINGIFY(DSV4_DEFAULT_MAX_CTX) ")\n"
-                   "  --sessions   sessions at once (default 4, the scheduler's --max-active)\n"
+                   "  --sessions   sessions at once (default " DSV4_STRINGIFY(DSV4_DEFAULT_SESSIONS) ", the scheduler's --max-active)\n"
                    "  --dspark     the set runs the DSpark drafter (plans its experts' cache)\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
     }
+    if (bad < 0)
+        return DSV4_EXIT_USAGE;
     if (!model || gb < 0 || ctx < 0 || sessions < 0 || threads < 1) {
         fprintf(stderr, "dsv4ctl plan: --model DIR is required; sizes must be positive\n");
         return DSV4_EXIT_USAGE;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "parse.h"
 #include "rundir.h"
 #include "util.h"
 
@@ -46,9 +47,10 @@ int dsv4ctl_stop(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'r')
             arg = optarg;
-        else if (c == 't')
-            timeout = atof(optarg);
-        else
+        else if (c == 't') {
+            if (dsv4_parse_double_opt("dsv4ctl stop", "timeout", optarg, 0, 86400, &timeout) < 0)
+                return DSV4_EXIT_USAGE;
+        } else
             return DSV4_EXIT_USAGE;
     }
     char dir[DSV4_PATH_MAX];

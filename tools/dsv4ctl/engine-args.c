@@ -12,16 +12,15 @@
 
 #include "config.h"
 #include "dsv4ctl.h"
+#include "parse.h"
 #include "prompt.h"
 #include "session_layout.h"
 #include "util.h"
 
 static bool parse_long(const char *s, long long lo, long long hi, long long *ret)
 {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    int64_t v;
+    if (dsv4_parse_i64(s, lo, hi, &v) < 0)
         return false;
     *ret = v;
     return true;
@@ -110,13 +109,10 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                 goto bad;
             a->max_tokens = (int)v;
             break;
-        case O_TEMP: {
-            char *end;
-            a->temperature = strtod(optarg, &end);
-            if (!generate || *end || end == optarg || a->temperature < 0)
+        case O_TEMP:
+            if (!generate || dsv4_parse_double(optarg, 0, 1e6, &a->temperature) < 0)
                 goto bad;
             break;
-        }
         case O_SEED:
             if (!generate || !parse_long(optarg, 0, INT64_MAX, &v))
                 goto bad;
