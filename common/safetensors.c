@@ -7,6 +7,10 @@
  * validated completely before a single tensor is added, so the rest of
  * the engine can use shapes, offsets and sizes without checks. Payloads
  * are read with pread, never mapped (see docs/ARCHITECTURE.md).
+ *
+ * Why one long file: the header validator, the shard/index loader and the reader share one
+ * private table and one error vocabulary; split apart they would need an internal header
+ * exposing exactly what must stay unexposed (unvalidated headers).
  */
 #include "safetensors.h"
 

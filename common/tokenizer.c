@@ -1,5 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * Why one long file: the loader, pre-tokenizer, BPE and decoder share the private symbol
+ * tables built at load; splitting them would publish those tables. The stages are banners.
+ *
  * Byte-level BPE from tokenizer.json (see tokenizer.h). Encoding pipeline,
  * each stage matching the JS reference (@lenml/tokenizers):
  *

@@ -9,6 +9,15 @@
  * tokens advances the session; any position reached since the last snapshot
  * (at most max_rollback positions back) can be restored exactly, without
  * recomputation (docs/ARCHITECTURE.md, "Session state and rollback").
+ *
+ * Thread safety. One thread drives an engine: every dsv4_session_* and dsv4_drafter_* call
+ * on any session of one engine must come from the same thread (or be serialised by the
+ * caller), because the engine's pool, its expert provider and its lookahead counters are
+ * shared by all its sessions. Inside a call the engine fans work out to its own pool and
+ * joins before returning; callbacks (on_layer, the provider's acquire/release/prefetch) run on
+ * the calling thread. Weights are immutable after dsv4_engine_open, so distinct engines in one
+ * process are independent. Sessions are never shared between engines. dsv4_argmax,
+ * dsv4_log_softmax_* and dsv4_sample are pure and callable from any thread.
  */
 #pragma once
 

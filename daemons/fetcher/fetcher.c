@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * Why one long file: every function here runs on the one thread that owns the slot states
+ * (or under its lock for pin/save-hot); keeping them together keeps that ownership visible.
+ * I/O backends are fetcher_io.c, NUMA placement fetcher_numa.c, the segment fetcher_shm.c.
+ *
  * dsv4-fetcher's engine. One thread (dsv4_fetcher_run) owns every slot
  * state change: it takes requests off the shm request ring, decides hits,
  * joins loads already running, claims slots (free, else the least recently

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * (Long: one program so the TSan build runs every fetcher case under one binary.)
  * dsv4-fetcher: ring and slot state machine under threads (the TSan target),
  * every expert of a tiny checkpoint served byte-identical to direct reads,
  * budget and lease rules under random access, prefetch and pinning, injected

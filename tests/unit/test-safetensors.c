@@ -5,6 +5,7 @@
  * class, each asserting the error code and that the message names the file
  * and, where there is one, the tensor. Files are written by a small writer
  * below into a mkdtemp directory under /tmp, removed at the end.
+ * (Long: one case per malformed-input class of the reader, by design.)
  */
 #include <setjmp.h>
 #include <stdarg.h>

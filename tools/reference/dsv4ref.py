@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Independent numpy reference of the DeepSeek-V4 target forward pass (Flash / Pro / tiny).
 
+(One long file on purpose: the reference is read side by side with the spec, top to bottom.)
+
 Written from docs/dsv4-target-spec.md and checked against the official inference code
 (model.py + the tilelang kernel.py); docs/numerics.md "Reference numerics" lists every choice
 with its source. Config-driven (HF config.json field names), it reads the checkpoint in its
