@@ -34,7 +34,7 @@ static void sleep_ns(uint64_t ns)
 int dsv4_fetcher_client_open(const char *run_dir, uint64_t timeout_ms, dsv4_fetcher_client **ret,
                              struct dsv4_err *err)
 {
-    char name[64];
+    char name[96];
     int rc = dsv4_eshm_name(run_dir, name, sizeof(name), err);
     if (rc < 0)
         return rc;

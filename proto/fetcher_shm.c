@@ -18,20 +18,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shm.h"
 #include "util.h"
 
 int dsv4_eshm_name(const char *run_dir, char *buf, size_t n, struct dsv4_err *err)
 {
-    char real[PATH_MAX];
-    if (!realpath(run_dir, real))
-        return dsv4_errf(err, -errno, "run dir %s: %s", run_dir, strerror(errno));
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = real; *p; p++) {
-        h ^= (unsigned char)*p;
-        h *= 0x100000001b3ull;
-    }
-    snprintf(buf, n, "/dsv4-%016llx-experts", (unsigned long long)h);
-    return 0;
+    char id[DSV4_SHM_ID_LEN + 1];
+    int rc = dsv4_shm_id_read(run_dir, id, err);
+    return rc < 0 ? rc : dsv4_shm_name(id, "experts", buf, n, err);
 }
 
 uint64_t dsv4_eshm_layout(struct dsv4_expert_shm *s, const struct dsv4_eshm_geometry *g)
@@ -72,9 +66,10 @@ uint64_t dsv4_eshm_layout(struct dsv4_expert_shm *s, const struct dsv4_eshm_geom
 int dsv4_eshm_attach(const char *name, struct dsv4_expert_shm **ret, uint64_t *ret_size,
                      struct dsv4_err *err)
 {
-    int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    int fd = dsv4_shm_open_own(name, O_RDWR, err);
     if (fd < 0)
-        return dsv4_errf(err, -errno, "shm %s: %s", name, strerror(errno));
+        return fd;
+    struct dsv4_expert_shm want;
     struct stat st;
     int rc = 0;
     if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < sizeof(struct dsv4_expert_shm)) {
@@ -87,10 +82,24 @@ int dsv4_eshm_attach(const char *name, struct dsv4_expert_shm **ret, uint64_t *r
         goto out;
     }
     struct dsv4_expert_shm *s = p;
+    /* Every offset and size is recomputed from the geometry and must match the header and the
+     * mapping exactly: nothing a peer wrote is used to address memory unchecked. */
+    memset(&want, 0, sizeof(want));
+    struct dsv4_eshm_geometry g = { s->n_layers, s->n_experts, s->n_slots, s->dim, s->inter,
+                                    s->slot_size };
+    bool geom_ok = g.n_layers >= 1 && g.n_layers <= 4096 && g.n_experts >= 1 &&
+                   g.n_experts <= 65536 && g.n_slots >= 1 && g.n_slots <= (1u << 24) &&
+                   g.slot_size >= DSV4_EXPERT_DIO_ALIGN && g.slot_size <= (1ull << 34) &&
+                   g.slot_size % DSV4_EXPERT_DIO_ALIGN == 0;
+    uint64_t want_size = geom_ok ? dsv4_eshm_layout(&want, &g) : 0;
     if (s->hdr.magic != DSV4_EXPERT_SHM_MAGIC || s->hdr.abi_major != DSV4_EXPERT_SHM_ABI_MAJOR ||
         s->hdr.kind != DSV4_EXPERT_SHM_KIND_EXPERTS ||
         s->hdr.layout_id != dsv4_expert_shm_layout_id() || s->hdr.size != (uint64_t)st.st_size ||
-        s->ring_size != DSV4_EXPERT_RING_SIZE) {
+        s->ring_size != DSV4_EXPERT_RING_SIZE || !geom_ok || want_size != s->hdr.size ||
+        s->dir_offset != want.dir_offset || s->usage_offset != want.usage_offset ||
+        s->slots_offset != want.slots_offset || s->reqs_offset != want.reqs_offset ||
+        s->comps_offset != want.comps_offset || s->pending_offset != want.pending_offset ||
+        s->data_offset != want.data_offset) {
         munmap(p, (size_t)st.st_size);
         rc = dsv4_errf(err, -EPROTO,
                        "shm %s: not an expert segment of this build (magic, ABI, layout or size)",

@@ -19,14 +19,16 @@ struct dsv4_eshm_geometry {
     uint64_t slot_size; /* multiple of DSV4_EXPERT_DIO_ALIGN */
 };
 
-/* "/dsv4-<16 hex of FNV-1a(realpath(run_dir))>-experts": one name per daemon set. */
+/* "/dsv4-<uid>-<the set's random id>-experts" (common/shm.h: the id is in RUN_DIR/shm-id). */
 int dsv4_eshm_name(const char *run_dir, char *buf, size_t n, struct dsv4_err *err);
 
 /* Fill the geometry and offsets of a fresh header and return the segment size. */
 uint64_t dsv4_eshm_layout(struct dsv4_expert_shm *s, const struct dsv4_eshm_geometry *g);
 
-/* Map an existing segment read-write after checking magic, ABI, layout id and size.
- * -ENOENT if it does not exist, -EPROTO if it is not one of ours. */
+/* Map an existing segment read-write after checking that it is ours alone (owner, mode 0600),
+ * then magic, ABI, layout id, size and every offset against the geometry it declares.
+ * -ENOENT if it does not exist, -EPERM if another user could have touched it, -EPROTO if it is
+ * not one of ours. */
 int dsv4_eshm_attach(const char *name, struct dsv4_expert_shm **ret, uint64_t *ret_size,
                      struct dsv4_err *err);
 void dsv4_eshm_unmap(struct dsv4_expert_shm *s, uint64_t size);

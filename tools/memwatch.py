@@ -18,13 +18,19 @@ import subprocess
 import threading
 
 
+def shm_id(run_dir):
+    """The set's random id (RUN_DIR/shm-id, written by the supervisor at each start)."""
+    try:
+        with open(os.path.join(run_dir, "shm-id")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def shm_paths(run_dir):
-    """This set's segments: /dsv4-<uid>-<FNV-1a of the real run dir>-<role>, and the experts."""
-    h = 0xcbf29ce484222325
-    for b in os.path.realpath(run_dir).encode():
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return (glob.glob(f"/dev/shm/dsv4-{os.getuid()}-{h:016x}-*") +
-            glob.glob(f"/dev/shm/dsv4-{h:016x}-experts"))
+    """This set's segments: /dsv4-<euid>-<id>-<role> and /dsv4-<euid>-<id>-experts."""
+    i = shm_id(run_dir)
+    return glob.glob(f"/dev/shm/dsv4-{os.geteuid()}-{i}-*") if i else []
 
 
 def set_pids(dsv4ctl, run_dir):

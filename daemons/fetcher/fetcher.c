@@ -37,6 +37,7 @@
 #include "fetcher_numa.h"
 #include "fetcher_shm.h"
 #include "log.h"
+#include "shm.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -100,7 +101,7 @@ struct dsv4_fetcher {
     int32_t *tid2eid;          /* [n_hash_layers][vocab][topk] or NULL */
     uint32_t n_hash, topk;
 
-    char shm_name[64];
+    char shm_name[96];
     struct dsv4_expert_shm *shm;
     uint64_t shm_size;
     int lock_fd;
@@ -313,10 +314,10 @@ static int create_segment(dsv4_fetcher *f, const struct dsv4_eshm_geometry *g,
     struct dsv4_expert_shm tmpl;
     memset(&tmpl, 0, sizeof(tmpl));
     uint64_t size = dsv4_eshm_layout(&tmpl, g);
-    int fd = shm_open(f->shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = dsv4_shm_open_own(f->shm_name, O_RDWR | O_CREAT | O_EXCL, err);
     if (fd < 0)
-        return dsv4_errf(err, -errno, "shm %s: create: %s", f->shm_name, strerror(errno));
-    if (fchmod(fd, 0600) < 0 || ftruncate(fd, (off_t)size) < 0) {
+        return fd;
+    if (ftruncate(fd, (off_t)size) < 0) {
         int rc = dsv4_errf(err, -errno, "shm %s: size %llu: %s", f->shm_name,
                            (unsigned long long)size, strerror(errno));
         close(fd);
@@ -1003,8 +1004,9 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
     if ((rc = dsv4_eshm_name(f->run_dir, f->shm_name, sizeof(f->shm_name), err)) < 0)
         goto fail;
     bool fresh = true;
-    struct dsv4_err aerr;
-    if (dsv4_eshm_attach(f->shm_name, &f->shm, &f->shm_size, &aerr) == 0) {
+    struct dsv4_err aerr = { "" };
+    int arc = dsv4_eshm_attach(f->shm_name, &f->shm, &f->shm_size, &aerr);
+    if (arc == 0) {
         if (same_geometry(f->shm, &g) &&
             atomic_load_explicit(&f->shm->state, memory_order_relaxed) != DSV4_FETCHER_STOPPED) {
             fresh = false;
@@ -1018,8 +1020,10 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
             f->shm = NULL;
             shm_unlink(f->shm_name);
         }
-    } else if (access("/dev/shm", F_OK) == 0) {
-        shm_unlink(f->shm_name); /* not ours (wrong build): replace it */
+    } else if (arc == -EPROTO) {
+        shm_unlink(f->shm_name); /* ours (owner and mode checked) but of another build */
+    } else if (arc != -ENOENT) {
+        dsv4_log_warn(TOPIC, "%s", aerr.msg);  /* not ours alone: left alone, create refuses */
     }
     if (fresh && (rc = create_segment(f, &g, err)) < 0)
         goto fail;

@@ -19,6 +19,7 @@
 #include "dsv4_wire.h"
 #include "parse.h"
 #include "rundir.h"
+#include "shm.h"
 
 void dsv4_rundir_resolve(const char *arg, char *out)
 {
@@ -69,15 +70,11 @@ int dsv4_rundir_endpoint(const char *dir, const char *name, char *out, struct ds
     return 0;
 }
 
-void dsv4_stats_name(const char *dir, int role, char *out, size_t n)
+int dsv4_stats_name(const char *dir, int role, char *out, size_t n, struct dsv4_err *err)
 {
-    char real[PATH_MAX];
-    const char *p = realpath(dir, real) ? real : dir;
-    uint64_t h = 0xcbf29ce484222325ull;     /* FNV-1a */
-    for (; *p; p++)
-        h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-    snprintf(out, n, "/dsv4-%u-%016llx-%s", (unsigned)getuid(), (unsigned long long)h,
-             dsv4_role_name(role));
+    char id[DSV4_SHM_ID_LEN + 1];
+    int rc = dsv4_shm_id_read(dir, id, err);
+    return rc < 0 ? rc : dsv4_shm_name(id, dsv4_role_name(role), out, n, err);
 }
 
 static int map_fd(int fd, bool writable, struct dsv4_stats_shm **ret, const char *name,
@@ -101,22 +98,24 @@ int dsv4_stats_create(const char *dir, int role, struct dsv4_stats_shm **ret,
                       struct dsv4_err *err)
 {
     char name[128];
-    dsv4_stats_name(dir, role, name, sizeof(name));
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int r = dsv4_stats_name(dir, role, name, sizeof(name), err);
+    if (r < 0)
+        return r;
+    int fd = dsv4_shm_open_own(name, O_RDWR | O_CREAT | O_EXCL, err);   /* a new page, ours */
     if (fd < 0)
-        return dsv4_errf(err, -errno, "shm_open %s: %s", name, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0 || (st.st_size != 0 && st.st_size != sizeof(**ret)) ||
-        ftruncate(fd, sizeof(**ret)) < 0) {
+        return fd;
+    if (ftruncate(fd, sizeof(**ret)) < 0) {
+        r = dsv4_errf(err, -errno, "%s: ftruncate: %s", name, strerror(errno));
         close(fd);
-        return dsv4_errf(err, -EINVAL, "%s: existing segment of another size", name);
+        shm_unlink(name);
+        return r;
     }
-    int r = map_fd(fd, true, ret, name, err);
+    r = map_fd(fd, true, ret, name, err);
     close(fd);
     if (r)
         return r;
     struct dsv4_stats_shm *s = *ret;
-    if (!layout_ok(s)) {
+    {
         memset(s, 0, sizeof(*s));
         s->hdr.magic = DSV4_SHM_MAGIC;
         s->hdr.abi_major = DSV4_STATS_ABI_MAJOR;
@@ -132,10 +131,12 @@ int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_s
                    struct dsv4_err *err)
 {
     char name[128];
-    dsv4_stats_name(dir, role, name, sizeof(name));
-    int fd = shm_open(name, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+    int rc = dsv4_stats_name(dir, role, name, sizeof(name), err);
+    if (rc < 0)
+        return rc;
+    int fd = dsv4_shm_open_own(name, writable ? O_RDWR : O_RDONLY, err);
     if (fd < 0)
-        return dsv4_errf(err, -errno, "shm_open %s: %s", name, strerror(errno));
+        return fd;
     struct stat st;
     if (fstat(fd, &st) < 0 || st.st_size != sizeof(**ret)) {
         close(fd);
@@ -159,8 +160,8 @@ void dsv4_stats_unmap(struct dsv4_stats_shm *s)
 void dsv4_stats_unlink(const char *dir, int role)
 {
     char name[128];
-    dsv4_stats_name(dir, role, name, sizeof(name));
-    shm_unlink(name);
+    if (dsv4_stats_name(dir, role, name, sizeof(name), NULL) == 0)
+        shm_unlink(name);
 }
 
 void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us)

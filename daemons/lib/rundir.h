@@ -20,9 +20,9 @@ void dsv4_rundir_resolve(const char *arg, char *out);
 int dsv4_rundir_create(const char *dir, struct dsv4_err *err);
 /* "ipc://DIR/NAME.sock" into out; -ENAMETOOLONG past the 107-byte ipc limit. */
 int dsv4_rundir_endpoint(const char *dir, const char *name, char *out, struct dsv4_err *err);
-/* The POSIX shm name of a role's stats page: "/dsv4-<uid>-<hash(dir)>-<role>". */
-void dsv4_stats_name(const char *dir, int role, char *out, size_t n);
-/* Create (supervisor; zeroed if new, kept if it exists with our layout) or map. */
+/* The POSIX shm name of a role's stats page: "/dsv4-<uid>-<the set's id>-<role>" (shm.h). */
+int dsv4_stats_name(const char *dir, int role, char *out, size_t n, struct dsv4_err *err);
+/* Create (supervisor: a new zeroed page, O_EXCL, 0600) or map (owner and mode checked). */
 int dsv4_stats_create(const char *dir, int role, struct dsv4_stats_shm **ret,
                       struct dsv4_err *err);
 int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_shm **ret,

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "fetcher_shm.h"
+#include "shm.h"
 #include "stats_view.h"
 
 #define S(field) ((uint16_t)offsetof(struct dsv4_stats_shm, field))
@@ -189,11 +190,11 @@ void dsv4_view_open(struct dsv4_view *v, const char *dir)
 
 void dsv4_view_map_experts(struct dsv4_view *v)
 {
-    char name[64];
+    char name[96];
     v->experts = NULL;
     if (dsv4_eshm_name(v->dir, name, sizeof(name), NULL) < 0)
         return;
-    int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+    int fd = dsv4_shm_open_own(name, O_RDONLY, NULL);
     if (fd < 0)
         return;
     struct stat st;

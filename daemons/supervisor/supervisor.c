@@ -23,6 +23,7 @@
 #include "exitcode.h"
 #include "fetcher_shm.h"
 #include "log.h"
+#include "shm.h"
 #include "metrics.h"
 #include "supervisor.h"
 
@@ -375,6 +376,17 @@ static void stop_all(struct sv *s)
     dsv4_wire_buf_free(&b);
 }
 
+/* Every segment a set with this id may have made. */
+static void unlink_segments(const char *id)
+{
+    char name[96];
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++)
+        if (dsv4_shm_name(id, dsv4_role_name(r), name, sizeof(name), NULL) == 0)
+            shm_unlink(name);
+    if (dsv4_shm_name(id, "experts", name, sizeof(name), NULL) == 0)
+        shm_unlink(name);
+}
+
 static void cleanup(struct sv *s)
 {
     char path[DSV4_PATH_MAX + 32];
@@ -384,7 +396,7 @@ static void cleanup(struct sv *s)
         dsv4_stats_unmap(s->ch[r].stats);
         dsv4_stats_unlink(s->dir, r);
     }
-    char eshm[64];  /* the fetcher removes its segment on SIGTERM; not after a SIGKILL */
+    char eshm[96];  /* the fetcher removes its segment on SIGTERM; not after a SIGKILL */
     if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
         shm_unlink(eshm);
     static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
@@ -476,6 +488,16 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     s.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     int rc = 0;
+    /* A fresh random id names this start's segments (common/shm.h); what a crashed set left
+     * under the previous id is removed first. */
+    char id[DSV4_SHM_ID_LEN + 1], old[DSV4_SHM_ID_LEN + 1];
+    if (dsv4_shm_id_new(s.dir, id, old, &err) < 0) {
+        say(&ready_fd, "error: %s", err.msg);
+        rc = DSV4_EXIT_OSERR;
+        goto out;
+    }
+    if (old[0])
+        unlink_segments(old);
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         static const char *const exes[] = { "dsv4-fetcher", "dsv4-compute", "dsv4-scheduler" };
         struct child *c = &s.ch[r];

@@ -87,12 +87,13 @@ def start(*args, env=None, **env_extra):
 
 
 def shm_segments():
-    """This set's stats pages: /dsv4-<uid>-<FNV-1a of the real run dir>-<role>."""
-    h = 0xcbf29ce484222325
-    for b in os.path.realpath(run_dir).encode():
-        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
-    return (glob.glob(f"/dev/shm/dsv4-{os.getuid()}-{h:016x}-*") +
-            glob.glob(f"/dev/shm/dsv4-{h:016x}-experts"))
+    """This set's segments: /dsv4-<euid>-<RUN_DIR/shm-id>-<role or experts>."""
+    try:
+        with open(os.path.join(run_dir, "shm-id")) as f:
+            i = f.read().strip()
+    except OSError:
+        return []
+    return glob.glob(f"/dev/shm/dsv4-{os.geteuid()}-{i}-*")
 
 
 def stop_and_check(st):

@@ -33,6 +33,7 @@
 #include "fetcher_shm.h"
 #include "rundir.h"
 #include "safetensors.h"
+#include "shm.h"
 #include "zmsg.h"
 #include <zmq.h>
 
@@ -61,6 +62,8 @@ static void make_run_dir(char *buf, size_t n)
 {
     snprintf(buf, n, "/tmp/dsv4-ft-XXXXXX");
     assert_non_null(mkdtemp(buf));
+    char id[DSV4_SHM_ID_LEN + 1];
+    assert_int_equal(dsv4_shm_id_new(buf, id, NULL, NULL), 0);  /* what the supervisor does */
 }
 
 static void rm_rf(const char *dir)
@@ -242,11 +245,72 @@ static void test_layout(void **state)
     assert_int_equal(size, s.data_offset + 100ull * 13377536);
     assert_true(s.slots_offset >= s.usage_offset + 43 * 256 * 4);
     assert_int_equal(s.slots_offset % 64, 0);
-    char a[64], b[64];
-    assert_int_equal(dsv4_eshm_name("/tmp", a, sizeof(a), NULL), 0);
-    assert_int_equal(dsv4_eshm_name("/", b, sizeof(b), NULL), 0);
+    /* names come from each run dir's random id, never from its path */
+    char d1[64], d2[64], a[96], b[96], id[DSV4_SHM_ID_LEN + 1];
+    snprintf(d1, sizeof(d1), "/tmp/dsv4-ftn-XXXXXX");
+    snprintf(d2, sizeof(d2), "/tmp/dsv4-ftn-XXXXXX");
+    assert_non_null(mkdtemp(d1));
+    assert_non_null(mkdtemp(d2));
+    assert_int_equal(dsv4_eshm_name(d1, a, sizeof(a), NULL), -ENOENT);    /* no id yet */
+    assert_int_equal(dsv4_shm_id_new(d1, id, NULL, NULL), 0);
+    assert_int_equal(dsv4_shm_id_new(d2, id, NULL, NULL), 0);
+    assert_int_equal(dsv4_eshm_name(d1, a, sizeof(a), NULL), 0);
+    assert_int_equal(dsv4_eshm_name(d2, b, sizeof(b), NULL), 0);
     assert_string_not_equal(a, b);
     assert_int_equal(strncmp(a, "/dsv4-", 6), 0);
+    /* a new start on the same dir gets another name; the old id is handed back */
+    char old[DSV4_SHM_ID_LEN + 1];
+    assert_int_equal(dsv4_shm_id_new(d1, id, old, NULL), 0);
+    assert_non_null(strstr(a, old));
+    assert_int_equal(dsv4_eshm_name(d1, b, sizeof(b), NULL), 0);
+    assert_string_not_equal(a, b);
+    /* an id file others could have written is refused */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/shm-id", d2);
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(dsv4_eshm_name(d2, b, sizeof(b), NULL), -EPERM);
+    rm_rf(d1);
+    rm_rf(d2);
+}
+
+/* A segment under our name that is not ours alone (mode 0644 here; another owner alike) is
+ * refused on attach, and so is a header whose offsets do not match its own geometry. */
+static void test_attach_refuses(void **state)
+{
+    (void)state;
+    char d[64], name[96], id[DSV4_SHM_ID_LEN + 1];
+    snprintf(d, sizeof(d), "/tmp/dsv4-fta-XXXXXX");
+    assert_non_null(mkdtemp(d));
+    assert_int_equal(dsv4_shm_id_new(d, id, NULL, NULL), 0);
+    assert_int_equal(dsv4_eshm_name(d, name, sizeof(name), NULL), 0);
+    struct dsv4_expert_shm tmpl;
+    memset(&tmpl, 0, sizeof(tmpl));
+    struct dsv4_eshm_geometry g = { 2, 4, 3, 64, 32, 4096 };
+    uint64_t size = dsv4_eshm_layout(&tmpl, &g);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(fchmod(fd, 0644), 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    assert_int_equal(pwrite(fd, &tmpl, sizeof(tmpl), 0), (ssize_t)sizeof(tmpl));
+    struct dsv4_expert_shm *s;
+    uint64_t got;
+    struct dsv4_err err;
+    assert_int_equal(dsv4_eshm_attach(name, &s, &got, &err), -EPERM);
+    assert_non_null(strstr(err.msg, "not ours alone"));
+    assert_int_equal(fchmod(fd, 0600), 0);
+    assert_int_equal(dsv4_eshm_attach(name, &s, &got, &err), 0);     /* now it is */
+    dsv4_eshm_unmap(s, got);
+    struct dsv4_expert_shm bad = tmpl;
+    bad.slots_offset = 1ull << 40;     /* an offset far outside the mapping */
+    assert_int_equal(pwrite(fd, &bad, sizeof(bad), 0), (ssize_t)sizeof(bad));
+    assert_int_equal(dsv4_eshm_attach(name, &s, &got, &err), -EPROTO);
+    bad = tmpl;
+    bad.n_slots = 1u << 30;            /* a geometry bigger than the mapping */
+    assert_int_equal(pwrite(fd, &bad, sizeof(bad), 0), (ssize_t)sizeof(bad));
+    assert_int_equal(dsv4_eshm_attach(name, &s, &got, &err), -EPROTO);
+    close(fd);
+    shm_unlink(name);
+    rm_rf(d);
 }
 
 /* ---- in-process fetcher ---- */
@@ -293,7 +357,7 @@ static void fx_stop(struct fx *x)
 {
     dsv4_fetcher_stop(x->f);
     pthread_join(x->th, NULL);
-    char name[64];
+    char name[96];
     assert_int_equal(dsv4_eshm_name(x->run_dir, name, sizeof(name), NULL), 0);
     dsv4_fetcher_free(x->f, true);
     /* The segment is gone after a stop. */
@@ -758,7 +822,7 @@ static void test_daemon_kill9_restart(void **state)
     sup_send(&u, DSV4_MSG_STOP, &stop, sizeof(stop));
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    char name[64];
+    char name[96];
     assert_int_equal(dsv4_eshm_name(x.run_dir, name, sizeof(name), NULL), 0);
     assert_int_equal(shm_open(name, O_RDONLY, 0), -1); /* removed on STOP */
     dsv4_fetcher_client_free(x.c);
@@ -810,6 +874,7 @@ int main(void)
     make_model();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
+        cmocka_unit_test(test_attach_refuses),
         cmocka_unit_test(test_slot_state_machine_threads),
         cmocka_unit_test(test_rings_threads),
         cmocka_unit_test(test_every_expert_bytes),
