@@ -39,7 +39,10 @@ struct dsv4_msg_hdr {
 _Static_assert(sizeof(struct dsv4_msg_hdr) == 16, "ABI");
 
 /* Roles (routing ids on the supervisor's ROUTER, stats page names). */
-enum dsv4_role { DSV4_ROLE_FETCHER, DSV4_ROLE_COMPUTE, DSV4_ROLE_SCHEDULER, DSV4_ROLE_COUNT };
+/* Started in this order, stopped in the reverse one; the fetcher and the api are optional. */
+enum dsv4_role {
+    DSV4_ROLE_FETCHER, DSV4_ROLE_COMPUTE, DSV4_ROLE_SCHEDULER, DSV4_ROLE_API, DSV4_ROLE_COUNT
+};
 const char *dsv4_role_name(int role);
 
 /* Error codes of ERROR messages (stable numbers: clients map them to exit codes). */

@@ -16,7 +16,7 @@
 
 const char *dsv4_role_name(int role)
 {
-    static const char *const names[] = { "fetcher", "compute", "scheduler" };
+    static const char *const names[] = { "fetcher", "compute", "scheduler", "api" };
     return role >= 0 && role < DSV4_ROLE_COUNT ? names[role] : "?";
 }
 

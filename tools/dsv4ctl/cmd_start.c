@@ -16,6 +16,10 @@
  * --watchdog-s (default 30) and --stall-s (default 600; 0 turns either off)
  * bound how long a daemon may go without a heartbeat, or compute without
  * progress while it has work, before the supervisor kills and restarts it.
+ * dsv4-api serves the OpenAI/Anthropic HTTP API (docs/api.md) on --api-addr
+ * (default 127.0.0.1:8080; port 0 picks one; the address bound is in
+ * RUN_DIR/api-addr); --no-api runs the set without it. A non-loopback
+ * address needs --api-key-file (the bearer key, one line).
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -26,6 +30,7 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "api_listen.h"
 #include "err.h"
 #include "plan.h"
 #include "metrics.h"
@@ -47,13 +52,17 @@ int dsv4ctl_start(int argc, char **argv)
         { "watchdog-s", required_argument, NULL, 'w' },
         { "stall-s", required_argument, NULL, 'S' },
         { "dspark", no_argument, NULL, 'D' },
+        { "api-addr", required_argument, NULL, 'A' },
+        { "no-api", no_argument, NULL, 'a' },
+        { "api-key-file", required_argument, NULL, 'K' },
         { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     struct supervisor_opts o = { .threads = dsv4ctl_default_threads(),
                                  .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
-                                 .watchdog_s = 30, .stall_s = 600 };
+                                 .watchdog_s = 30, .stall_s = 600,
+                                 .api_addr = DSV4_API_DEFAULT_ADDR };
     long long max_ctx = 0;
     bool fg = false;
     int c;
@@ -74,6 +83,12 @@ int dsv4ctl_start(int argc, char **argv)
             o.metrics_explicit = true;
             break;
         case 'N': o.metrics_addr = NULL; break;
+        case 'A':
+            o.api_addr = optarg;
+            o.api_explicit = true;
+            break;
+        case 'a': o.api_addr = NULL; break;
+        case 'K': o.api_key_file = optarg; break;
         case 'w': o.watchdog_s = atof(optarg); break;
         case 'S': o.stall_s = atof(optarg); break;
         case 'h':
@@ -81,7 +96,8 @@ int dsv4ctl_start(int argc, char **argv)
                    "[--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
-                   "       [--dspark|--no-dspark]\n"
+                   "       [--dspark|--no-dspark] [--api-addr HOST:PORT (default "
+                   DSV4_API_DEFAULT_ADDR ") | --no-api] [--api-key-file FILE]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
                    "               see `dsv4ctl plan`\n");
             return DSV4_EXIT_OK;
@@ -93,6 +109,15 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "dsv4ctl start: --model DIR is required (--threads >= 1, "
                         "--watchdog-s and --stall-s >= 0)\n");
         return DSV4_EXIT_USAGE;
+    }
+    if (o.api_addr && !o.api_key_file && !dsv4_api_addr_is_loopback(o.api_addr)) {
+        fprintf(stderr, "dsv4ctl start: --api-addr %s is not a loopback address: "
+                        "give --api-key-file\n", o.api_addr);
+        return DSV4_EXIT_USAGE;
+    }
+    if (o.api_key_file && access(o.api_key_file, R_OK) != 0) {
+        fprintf(stderr, "dsv4ctl start: --api-key-file %s: not readable\n", o.api_key_file);
+        return DSV4_EXIT_NOINPUT;
     }
     if (access(o.model, R_OK) != 0) {
         fprintf(stderr, "dsv4ctl start: model %s: not readable\n", o.model);
