@@ -507,6 +507,17 @@ static int start_api(struct sv *s, int *ready_fd)
         c->present = false;
         return 0;
     }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", s->o->model);
+    if (access(path, R_OK) != 0) {  /* text in and out needs the model's tokenizer */
+        c->present = false;
+        if (s->o->api_explicit) {
+            say(ready_fd, "error: --api-addr: the model has no tokenizer.json");
+            return -1;
+        }
+        dsv4_log_warn("supervisor", "the model has no tokenizer.json; serving no API");
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/api-addr", s->dir);
     struct dsv4_err err;
     s->api_fd = dsv4_api_listen(s->o->api_addr, bound, sizeof(bound), &err);
     if (s->api_fd < 0) {
