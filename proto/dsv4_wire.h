@@ -20,7 +20,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 
 #define DSV4_WIRE_MAGIC 0x34565344u     /* "DSV4" as bytes */
 #define DSV4_WIRE_ABI_MAJOR 1
-#define DSV4_WIRE_ABI_MINOR 0
+#define DSV4_WIRE_ABI_MINOR 1    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags */
 #define DSV4_WIRE_MAX_BODY (64u << 20)  /* bigger frames are dropped unread */
 
 /* Range limits every decoder enforces (a hostile count cannot size an allocation). */
@@ -177,6 +177,20 @@ struct dsv4_msg_forward_result {
 };
 
 #define DSV4_GEN_NO_DSPARK 2u           /* this request decodes without speculation */
+/* Logprobs: TOKEN_LOGPROBS before each TOKEN, with the top (flags >> 8) & 0xff alternatives
+ * (<= DSV4_WIRE_MAX_LOGPROBS); such a request decodes without speculation. */
+#define DSV4_GEN_LOGPROBS 4u
+#define DSV4_GEN_TOP_SHIFT 8
+#define DSV4_GEN_TOP_MASK 0xff00u
+#define DSV4_WIRE_MAX_LOGPROBS 20
+struct dsv4_msg_token_logprobs {    /* scheduler -> client, just before the TOKEN of `index` */
+    uint64_t req_id;
+    uint32_t index;
+    int32_t id;                 /* the token chosen */
+    float logprob;              /* its log-softmax under the model (temperature 1, no top-k/p) */
+    uint32_t n_top;             /* <= DSV4_WIRE_MAX_LOGPROBS */
+    /* struct dsv4_wire_topk top[n_top]: most likely first */
+};
 struct dsv4_msg_draft {         /* scheduler -> compute: the drafter's block for `anchor` */
     uint64_t seq, session;
     int64_t pos;                /* the anchor's position: must equal the session's */
@@ -209,6 +223,7 @@ struct dsv4_msg_draft_result {
     X(DONE, 20, dsv4_msg_done)                                        \
     X(SCORE_ROWS, 21, dsv4_msg_score_rows)                            \
     X(PROGRESS, 22, dsv4_msg_progress)                                \
+    X(TOKEN_LOGPROBS, 23, dsv4_msg_token_logprobs)                    \
     X(SESSION_OPEN, 32, dsv4_msg_session_open)                        \
     X(SESSION_CLOSE, 33, dsv4_msg_session_ref)                        \
     X(FORWARD, 34, dsv4_msg_forward)                                  \

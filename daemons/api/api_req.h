@@ -58,6 +58,8 @@ struct api_req {
     char stop[DSV4_WIRE_MAX_STOP_BYTES];   /* NUL-terminated strings back to back */
     size_t n_stop;
     bool stream, include_usage;
+    bool logprobs;              /* per-token logprobs, with top_logprobs alternatives */
+    int top_logprobs;           /* <= DSV4_WIRE_MAX_LOGPROBS */
 };
 
 /* Fill e; returns -1 so a parser can `return api_err(...)`. param may be NULL. */

@@ -61,6 +61,8 @@ static void build(struct gen *g)
     struct dsv4_msg_generate m = { g->id, r->seed, (float)r->temperature, (float)r->top_p,
                                    r->top_k, g->max_tokens, (uint32_t)g->prompt.n, g->n_got,
                                    (uint32_t)r->n_stop, 0 };
+    if (r->logprobs)
+        m.flags |= DSV4_GEN_LOGPROBS | ((uint32_t)r->top_logprobs << DSV4_GEN_TOP_SHIFT);
     dsv4_wire_begin(&g->msg, DSV4_MSG_GENERATE);
     dsv4_wire_put(&g->msg, &m, sizeof(m));
     dsv4_wire_put(&g->msg, g->prompt.v, g->prompt.n * 4);
@@ -112,6 +114,11 @@ int gen_begin(struct gen *g, struct api_ctx *c, const struct api_req *r, int cli
         }
     }
     g->got = dsv4_xmalloc((size_t)g->max_tokens * sizeof(int32_t));
+    if (r->logprobs) {
+        g->lp = dsv4_xcalloc((size_t)g->max_tokens, sizeof(float));
+        g->top = dsv4_xcalloc((size_t)g->max_tokens * DSV4_MAX(r->top_logprobs, 1),
+                              sizeof(*g->top));
+    }
     g->id = new_id();
     g->sock = dsv4_zsock(c->zctx, ZMQ_DEALER, NULL);
     int tmo = 5000;
@@ -230,6 +237,15 @@ int gen_wait(struct gen *g, int timeout_ms, struct api_error *e)
         if (m.type == DSV4_MSG_PROGRESS) {
             if (((const struct dsv4_msg_progress *)m.body)->req_id == g->id && !g->started)
                 changed = g->started = true;
+        } else if (m.type == DSV4_MSG_TOKEN_LOGPROBS) {
+            const struct dsv4_msg_token_logprobs *l = m.body;
+            if (l->req_id != g->id || !g->lp || l->index != g->n_lp ||
+                l->index >= (uint32_t)g->max_tokens || l->n_top != (uint32_t)g->req->top_logprobs)
+                continue;
+            g->lp[l->index] = l->logprob;
+            memcpy(g->top + (size_t)l->index * g->req->top_logprobs, m.tail,
+                   l->n_top * sizeof(*g->top));
+            g->n_lp++;
         } else if (m.type == DSV4_MSG_TOKEN) {
             const struct dsv4_msg_token *t = m.body;
             if (t->req_id != g->id)
@@ -328,5 +344,7 @@ void gen_end(struct gen *g)
     dsv4_ids_free(&g->prompt);
     free(g->got);
     free(g->text);
+    free(g->lp);
+    free(g->top);
     memset(g, 0, sizeof(*g));
 }

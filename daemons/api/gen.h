@@ -50,6 +50,10 @@ struct gen {
     int client_fd;
     bool watch_fd;
     uint64_t t_submit;
+    /* logprobs (req->logprobs): per generated token, its own and the top alternatives */
+    float *lp;
+    struct dsv4_wire_topk *top; /* [max_tokens][req->top_logprobs] */
+    uint32_t n_lp;              /* tokens whose logprobs arrived, in order */
 };
 
 /*

@@ -180,11 +180,12 @@ static int common_fields(const cJSON *root, struct api_req *r, struct api_error 
     if (k < 0)
         return -1;
     r->top_k = k ? (int)v : 0;
-    if ((k = api_get_int(root, "seed", -9.3e18, 1.8e19, &v, e)) < 0)
-        return -1;
-    if (k) {
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "seed");
-        r->seed = s->valuedouble >= 9.2e18 ? (uint64_t)s->valuedouble : (uint64_t)v;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    if (seed && !cJSON_IsNull(seed)) {     /* any integer: taken modulo 2^64 */
+        double sd = seed->valuedouble;
+        if (!cJSON_IsNumber(seed) || sd != floor(sd) || !(fabs(sd) < 1.8e19))
+            return api_bad(e, "seed", "'seed' must be an integer");
+        r->seed = sd < 0 ? (uint64_t)(int64_t)fmax(sd, -9.2e18) : (uint64_t)sd;
         r->has_seed = true;
     }
     if ((k = api_get_int(root, "n", 1, 1, &v, e)) < 0)
@@ -310,14 +311,14 @@ int api_parse_chat(const char *body, size_t len, struct api_req *r, struct api_e
     if (!root || common_fields(root, r, e) < 0 || max_tokens(root, "max_tokens", r, e) < 0 ||
         max_tokens(root, "max_completion_tokens", r, e) < 0 || thinking_fields(root, r, e) < 0)
         return -1;
-    bool lp = false;
-    if (api_get_bool(root, "logprobs", &lp, e) < 0)
+    long long v;
+    int k;
+    if (api_get_bool(root, "logprobs", &r->logprobs, e) < 0 ||
+        (k = api_get_int(root, "top_logprobs", 0, DSV4_WIRE_MAX_LOGPROBS, &v, e)) < 0)
         return -1;
-    if (lp)
-        return api_bad(e, "logprobs", "'logprobs' is not supported by this server");
-    const cJSON *tlp = cJSON_GetObjectItemCaseSensitive(root, "top_logprobs");
-    if (tlp && !cJSON_IsNull(tlp))
-        return api_bad(e, "top_logprobs", "'top_logprobs' is not supported by this server");
+    if (k && !r->logprobs)
+        return api_bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    r->top_logprobs = k ? (int)v : 0;
     const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
     if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && !tools->child))
         return api_bad(e, "tools", "'tools' is not supported by this server yet");
@@ -390,9 +391,14 @@ int api_parse_completion(const char *body, size_t len, struct api_req *r, struct
         r->max_tokens = 16;     /* OpenAI's default for this endpoint */
     if (api_get_bool(root, "echo", &r->echo, e) < 0)
         return -1;
-    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
-    if (lp && !cJSON_IsNull(lp))
-        return api_bad(e, "logprobs", "'logprobs' is not supported by this server");
+    long long lp;
+    int k = api_get_int(root, "logprobs", 0, DSV4_WIRE_MAX_LOGPROBS, &lp, e);
+    if (k < 0)
+        return -1;
+    r->logprobs = k > 0;
+    r->top_logprobs = k ? (int)lp : 0;
+    if (r->logprobs && r->echo)
+        return api_bad(e, "logprobs", "'logprobs' with 'echo' (prompt logprobs) is not supported");
     const cJSON *sfx = cJSON_GetObjectItemCaseSensitive(root, "suffix");
     if (sfx && !cJSON_IsNull(sfx))
         return api_bad(e, "suffix", "'suffix' is not supported");

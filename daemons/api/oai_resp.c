@@ -122,14 +122,109 @@ static cJSON *envelope(const struct api_meta *m, const char *object)
     return c;
 }
 
+/* ---- logprobs ---- */
+/* Tokens with logprobs, the final EOS left out (it is not text). */
+static uint32_t lp_end(const struct gen *g)
+{
+    uint32_t n = DSV4_MIN(g->n_lp, g->n_got);
+    if (n > 0 && g->ctx->has_eos && (uint32_t)g->got[n - 1] == g->ctx->eos)
+        n--;
+    return n;
+}
+
+/* A token as text (markers spelled out); "" for an id the tokenizer does not know. */
+static char *token_text(const struct gen *g, int32_t id, size_t *len)
+{
+    char *t = NULL;
+    uint32_t u = (uint32_t)id;
+    if (dsv4_tokenizer_decode(g->ctx->tok, &u, 1, true, &t, len, NULL) < 0) {
+        *len = 0;
+        return dsv4_xstrdup("");
+    }
+    return t;
+}
+
+static void add_token(cJSON *o, const struct gen *g, int32_t id, double lp)
+{
+    size_t n;
+    char *t = token_text(g, id, &n);
+    cJSON_AddItemToObject(o, "token", api_json_strn(t, n));
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *b = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)t[i]));
+    free(t);
+}
+
+/* Chat's {"content": [...], "refusal": null} for tokens [from, to). */
+static cJSON *chat_logprobs(const struct gen *g, uint32_t from, uint32_t to)
+{
+    cJSON *o = cJSON_CreateObject(), *c = cJSON_AddArrayToObject(o, "content");
+    int k = g->req->top_logprobs;
+    for (uint32_t i = from; i < to; i++) {
+        cJSON *e = cJSON_CreateObject(), *tops;
+        add_token(e, g, g->got[i], g->lp[i]);
+        tops = cJSON_AddArrayToObject(e, "top_logprobs");
+        for (int j = 0; j < k; j++) {
+            cJSON *t = cJSON_CreateObject();
+            add_token(t, g, g->top[(size_t)i * k + j].id, g->top[(size_t)i * k + j].logprob);
+            cJSON_AddItemToArray(tops, t);
+        }
+        cJSON_AddItemToArray(c, e);
+    }
+    cJSON_AddNullToObject(o, "refusal");
+    return o;
+}
+
+/* The legacy completions shape: tokens, token_logprobs, top_logprobs, text_offset. */
+static cJSON *text_logprobs(const struct gen *g, uint32_t from, uint32_t to, size_t *offset)
+{
+    cJSON *o = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(o, "tokens"),
+          *lps = cJSON_AddArrayToObject(o, "token_logprobs"),
+          *tops = cJSON_AddArrayToObject(o, "top_logprobs"),
+          *offs = cJSON_AddArrayToObject(o, "text_offset");
+    int k = g->req->top_logprobs;
+    for (uint32_t i = from; i < to; i++) {
+        size_t n;
+        char *t = token_text(g, g->got[i], &n);
+        cJSON_AddItemToArray(toks, api_json_strn(t, n));
+        free(t);
+        cJSON_AddItemToArray(lps, cJSON_CreateNumber(g->lp[i]));
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)*offset));
+        *offset += n;
+        cJSON *alt = cJSON_CreateObject();
+        for (int j = 0; j < k; j++) {
+            char *a = token_text(g, g->top[(size_t)i * k + j].id, &n);
+            cJSON_AddNumberToObject(alt, a, g->top[(size_t)i * k + j].logprob);
+            free(a);
+        }
+        cJSON_AddItemToArray(tops, alt);
+    }
+    return o;
+}
+
+/* The logprobs a chunk carries: those that arrived since the last one (NULL: none wanted). */
+static cJSON *chunk_logprobs(const struct gen *g, struct api_meta *m, bool chat)
+{
+    if (!g->req->logprobs)
+        return NULL;
+    uint32_t to = DSV4_MAX(lp_end(g), m->lp_sent), from = m->lp_sent;
+    m->lp_sent = to;
+    return chat ? chat_logprobs(g, from, to) : text_logprobs(g, from, to, &m->lp_offset);
+}
+
 /* ---- chat ---- */
-static cJSON *chat_chunk(const struct api_meta *m, cJSON *delta, const char *finish)
+static cJSON *chat_chunk(const struct api_meta *m, cJSON *delta, const char *finish,
+                         cJSON *logprobs)
 {
     cJSON *c = envelope(m, "chat.completion.chunk"), *ch = cJSON_AddArrayToObject(c, "choices");
     cJSON *x = cJSON_CreateObject();
     cJSON_AddNumberToObject(x, "index", 0);
     cJSON_AddItemToObject(x, "delta", delta);
-    cJSON_AddNullToObject(x, "logprobs");
+    if (logprobs)
+        cJSON_AddItemToObject(x, "logprobs", logprobs);
+    else
+        cJSON_AddNullToObject(x, "logprobs");
     add_null_or(x, "finish_reason", finish);
     cJSON_AddItemToArray(ch, x);
     if (m->req->include_usage)
@@ -142,7 +237,7 @@ static void chat_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "role", "assistant");
     cJSON_AddStringToObject(d, "content", "");
-    sb_sse(o, NULL, chat_chunk(m, d, NULL));
+    sb_sse(o, NULL, chat_chunk(m, d, NULL, NULL));
 }
 
 static void chat_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
@@ -150,12 +245,13 @@ static void chat_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, 
 {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddItemToObject(d, reasoning ? "reasoning_content" : "content", api_json_strn(p, n));
-    sb_sse(o, NULL, chat_chunk(m, d, NULL));
+    sb_sse(o, NULL, chat_chunk(m, d, NULL, chunk_logprobs(g, m, true)));
 }
 
 static void chat_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
 {
-    sb_sse(o, NULL, chat_chunk(m, cJSON_CreateObject(), gen_finish_reason(g)));
+    sb_sse(o, NULL, chat_chunk(m, cJSON_CreateObject(), gen_finish_reason(g),
+                               chunk_logprobs(g, m, true)));
     if (m->req->include_usage) {
         cJSON *c = envelope(m, "chat.completion.chunk");
         cJSON_AddArrayToObject(c, "choices");
@@ -195,7 +291,10 @@ static char *chat_body(struct gen *g, struct api_meta *m)
     cJSON_AddItemToObject(msg, "content", api_json_strn(cs.p, cs.n));
     if (m->req->chat.thinking)
         cJSON_AddItemToObject(msg, "reasoning_content", api_json_strn(rs.p, rs.n));
-    cJSON_AddNullToObject(x, "logprobs");
+    if (m->req->logprobs)
+        cJSON_AddItemToObject(x, "logprobs", chat_logprobs(g, 0, lp_end(g)));
+    else
+        cJSON_AddNullToObject(x, "logprobs");
     cJSON_AddStringToObject(x, "finish_reason", gen_finish_reason(g));
     cJSON_AddItemToArray(ch, x);
     cJSON_AddItemToObject(c, "usage", usage(g));
@@ -208,13 +307,17 @@ const struct api_writer api_oai_chat = { chat_start, chat_piece, chat_finish, oa
                                          chat_body, api_oai_error_body };
 
 /* ---- completions ---- */
-static cJSON *text_chunk(const struct api_meta *m, const char *p, size_t n, const char *finish)
+static cJSON *text_chunk(const struct api_meta *m, const char *p, size_t n, const char *finish,
+                         cJSON *logprobs)
 {
     cJSON *c = envelope(m, "text_completion"), *ch = cJSON_AddArrayToObject(c, "choices");
     cJSON *x = cJSON_CreateObject();
     cJSON_AddItemToObject(x, "text", api_json_strn(p, n));
     cJSON_AddNumberToObject(x, "index", 0);
-    cJSON_AddNullToObject(x, "logprobs");
+    if (logprobs)
+        cJSON_AddItemToObject(x, "logprobs", logprobs);
+    else
+        cJSON_AddNullToObject(x, "logprobs");
     add_null_or(x, "finish_reason", finish);
     cJSON_AddItemToArray(ch, x);
     if (m->req->include_usage)
@@ -226,18 +329,18 @@ static void text_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
 {
     const struct api_req *r = m->req;
     if (r->echo && r->prompt)
-        sb_sse(o, NULL, text_chunk(m, r->prompt, r->prompt_len, NULL));
+        sb_sse(o, NULL, text_chunk(m, r->prompt, r->prompt_len, NULL, NULL));
 }
 
 static void text_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
                        const char *p, size_t n)
 {
-    sb_sse(o, NULL, text_chunk(m, p, n, NULL));
+    sb_sse(o, NULL, text_chunk(m, p, n, NULL, chunk_logprobs(g, m, false)));
 }
 
 static void text_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
 {
-    sb_sse(o, NULL, text_chunk(m, "", 0, gen_finish_reason(g)));
+    sb_sse(o, NULL, text_chunk(m, "", 0, gen_finish_reason(g), chunk_logprobs(g, m, false)));
     if (m->req->include_usage) {
         cJSON *c = envelope(m, "text_completion");
         cJSON_AddArrayToObject(c, "choices");
@@ -258,7 +361,11 @@ static char *text_body(struct gen *g, struct api_meta *m)
     cJSON *x = cJSON_CreateObject();
     cJSON_AddItemToObject(x, "text", api_json_strn(cs.p, cs.n));
     cJSON_AddNumberToObject(x, "index", 0);
-    cJSON_AddNullToObject(x, "logprobs");
+    size_t off = 0;
+    if (m->req->logprobs)
+        cJSON_AddItemToObject(x, "logprobs", text_logprobs(g, 0, lp_end(g), &off));
+    else
+        cJSON_AddNullToObject(x, "logprobs");
     cJSON_AddStringToObject(x, "finish_reason", gen_finish_reason(g));
     cJSON_AddItemToArray(ch, x);
     cJSON_AddItemToObject(c, "usage", usage(g));

@@ -32,6 +32,8 @@ struct api_meta {
     long long created;
     const char *model;
     const struct api_req *req;
+    uint32_t lp_sent;           /* tokens whose logprobs a chunk carried */
+    size_t lp_offset;           /* completions: text_offset of the next token */
     /* Anthropic: the open content block */
     int block;
     bool block_open, block_reasoning;

@@ -182,7 +182,7 @@ def chat():
         msg = r["choices"][0]["message"]
         assert msg["role"] == "assistant" and msg["content"] == ref, (msg, ref)
         assert "reasoning_content" not in msg, msg
-        ids = ctl("tokenize", "--model", model, "--chat", MSG).stdout.split()
+        ids = ctl("tokenize", "--model", model, "--chat", MSG).stdout.decode().split()
         u = r["usage"]
         assert u["prompt_tokens"] == len(ids) and u["completion_tokens"] <= 24, (u, len(ids))
         assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
@@ -244,6 +244,40 @@ def chat():
                                           "temperature": 0, "thinking": {"type": "enabled"}})[2]
         assert a["usage"] == b["usage"] and a["choices"] == b["choices"], (a, b)
 
+        # logprobs: the model's log-softmax of each token == what `dsv4ctl score` computes for
+        # prompt + generated ids; the chosen token leads the alternatives at temperature 0
+        gids = ctl("gen", "--run-dir", run_dir, "--chat", "--max-tokens", "24", "--format", "ids",
+                   MSG).stdout.decode().split()
+        rows = ctl("score", "--run-dir", run_dir, "--prompt-ids",
+                   ",".join(ids + gids)).stdout.decode().splitlines()
+        want = [float(rows[len(ids) + i - 1].split("\t")[2]) for i in range(len(gids))]
+        if int(gids[-1]) == json.load(open(os.path.join(model, "config.json")))["eos_token_id"]:
+            want.pop()      # EOS is not text: not reported
+        s, _, r = post("/v1/chat/completions", chat_body(max_tokens=24, temperature=0,
+                                                         logprobs=True, top_logprobs=3))
+        lp = r["choices"][0]["logprobs"]["content"]
+        assert len(lp) == len(want) and all(abs(a["logprob"] - b) < 1e-4
+                                            for a, b in zip(lp, want)), (lp, want)
+        for e in lp:
+            assert len(e["top_logprobs"]) == 3 and e["top_logprobs"][0]["token"] == e["token"], e
+            assert e["top_logprobs"][0]["logprob"] == e["logprob"], e
+            assert bytes(e["bytes"]) == e["token"].encode(), e
+            assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"] >= \
+                e["top_logprobs"][2]["logprob"], e
+        s, _, text = post("/v1/chat/completions", chat_body(max_tokens=24, temperature=0,
+                                                            logprobs=True, top_logprobs=3,
+                                                            stream=True))
+        evs, _ = events(text)
+        slp = [e for ev in evs if ev["choices"] and ev["choices"][0]["logprobs"]
+               for e in ev["choices"][0]["logprobs"]["content"]]
+        assert slp == lp and stream_text(evs) == ref, (slp, lp)
+        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": "The sky", "max_tokens": 12,
+                                           "temperature": 0, "logprobs": 2})
+        tl = r["choices"][0]["logprobs"]
+        assert len(tl["tokens"]) == len(tl["token_logprobs"]) == len(tl["top_logprobs"]), tl
+        assert all(max(t.values()) == l for t, l in zip(tl["top_logprobs"], tl["token_logprobs"]))
+        assert tl["text_offset"][0] == 0, tl
+
         # text parts are joined as one content
         s, _, r = post("/v1/chat/completions",
                        {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
@@ -259,7 +293,7 @@ def chat():
         s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": ["The sky"], "echo": True,
                                            "max_tokens": 12, "temperature": 0})
         assert r["choices"][0]["text"] == "The sky" + cref, r
-        pids = ctl("tokenize", "--model", model, "--bos", "The sky").stdout.split()
+        pids = ctl("tokenize", "--model", model, "--bos", "The sky").stdout.decode().split()
         s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": [int(i) for i in pids],
                                            "max_tokens": 12, "temperature": 0})
         assert r["choices"][0]["text"] == cref and r["usage"]["prompt_tokens"] == len(pids), r
@@ -373,7 +407,10 @@ def errors():
         bad(chat_body(stop=["a", "b", "c", "d", "e"]), "stop")
         bad(chat_body(stop=""), "stop")
         bad(chat_body(stream="yes"), "stream")
-        bad(chat_body(logprobs=True), "logprobs")
+        bad(chat_body(top_logprobs=3), "top_logprobs")
+        bad(chat_body(logprobs=True, top_logprobs=21), "top_logprobs")
+        bad({"model": MODEL_ID, "prompt": "x", "logprobs": 2, "echo": True}, "logprobs",
+            path="/v1/completions")
         bad(chat_body(presence_penalty=0.5), "presence_penalty")
         bad({"model": MODEL_ID}, "messages")
         bad({"messages": [{"role": "user", "content": "x"}]}, "model")
