@@ -21,8 +21,9 @@ struct api_ctx {
     void *zctx;                             /* sockets are per request (per thread) */
     dsv4_tokenizer *tok;
     pthread_mutex_t tok_mu;
-    uint32_t eos, end_think;
+    uint32_t eos, end_think, dsml;
     bool has_eos, has_end_think;
+    bool dsml_special;                      /* ｜DSML｜ is a special token: not in decoded text */
     int64_t n_ctx;                          /* the model's context length */
     int default_max_tokens;
     char model_id[256];                     /* the model directory's name */

@@ -58,6 +58,7 @@ struct api_req {
     char stop[DSV4_WIRE_MAX_STOP_BYTES];   /* NUL-terminated strings back to back */
     size_t n_stop;
     bool stream, include_usage;
+    bool tools;                 /* tools are in the prompt: parse the model's DSML tool calls */
     bool logprobs;              /* per-token logprobs, with top_logprobs alternatives */
     int top_logprobs;           /* <= DSV4_WIRE_MAX_LOGPROBS */
 };

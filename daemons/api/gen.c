@@ -88,9 +88,11 @@ int gen_begin(struct gen *g, struct api_ctx *c, const struct api_req *r, int cli
     g->watch_fd = client_fd >= 0;
     g->stop_index = -1;
     g->cut = SIZE_MAX;
+    g->calls_at = SIZE_MAX;
     g->think_end = r->kind == API_COMPLETION || !r->chat.thinking ? 0 : SIZE_MAX;
     for (const char *s = r->stop; s < r->stop + r->n_stop; s += strlen(s) + 1)
         g->max_stop = DSV4_MAX(g->max_stop, strlen(s));
+    g->hold = DSV4_MAX(g->max_stop, r->tools ? strlen(DSV4_CHAT_TOOL_CALLS_START) : 0);
     if (encode(g, e) < 0)
         return -1;
     int64_t room = c->n_ctx - (int64_t)g->prompt.n;
@@ -144,6 +146,14 @@ static void append(struct gen *g, const char *p, size_t n)
     size_t old = g->len;
     g->len += n;
     g->text[g->len] = '\0';
+    if (g->req->tools && g->calls_at == SIZE_MAX && g->think_end != SIZE_MAX) {
+        const size_t ml = strlen(DSV4_CHAT_TOOL_CALLS_START);
+        size_t from = DSV4_MAX(g->think_end, old > ml - 1 ? old - (ml - 1) : 0);
+        const char *hit = g->len > from ? memmem(g->text + from, g->len - from,
+                                                 DSV4_CHAT_TOOL_CALLS_START, ml) : NULL;
+        if (hit)
+            g->calls_at = (size_t)(hit - g->text);
+    }
     if (!g->max_stop || g->cut != SIZE_MAX)
         return;
     /* a stop string ending in the new bytes starts at or after old - (max_stop - 1) */
@@ -170,8 +180,29 @@ static void on_token(struct gen *g, int32_t v)
         g->think_end = g->len;
         return;
     }
+    if (g->req->tools && g->ctx->dsml_special && (uint32_t)v == g->ctx->dsml) {
+        dsv4_detok_flush(&g->dt, &piece, &n);   /* the marker is text the parser needs */
+        append(g, piece, n);
+        append(g, DSV4_CHAT_DSML, strlen(DSV4_CHAT_DSML));
+        return;
+    }
     if (dsv4_detok_feed(&g->dt, (uint32_t)v, &piece, &n, &err) == 0)
         append(g, piece, n);
+}
+
+/* At the end: the DSML block into calls, or (not well-formed) back to being content. */
+static void take_calls(struct gen *g)
+{
+    if (g->calls_at == SIZE_MAX)
+        return;
+    size_t end = DSV4_MIN(g->len, g->cut);
+    if (end > g->calls_at)
+        g->n_calls = api_dsml_parse(g->text + g->calls_at, end - g->calls_at, &g->calls);
+    if (g->n_calls <= 0) {
+        g->n_calls = 0;
+        g->calls = NULL;
+        g->calls_at = SIZE_MAX;
+    }
 }
 
 static int fail_from(struct gen *g, const struct dsv4_msg *m, struct api_error *e)
@@ -268,6 +299,7 @@ int gen_wait(struct gen *g, int timeout_ms, struct api_error *e)
             append(g, piece, n);
             g->reason = (int)d->reason;
             g->n_generated = g->n_got;
+            take_calls(g);
             g->state = GEN_DONE;
             changed = g->started = true;
             atomic_fetch_add(&g->ctx->stats->generated_tokens, g->n_got);
@@ -306,8 +338,9 @@ bool gen_take(struct gen *g, const char **p, size_t *n, bool *reasoning)
     size_t end = g->len;
     if (g->cut != SIZE_MAX)
         end = g->cut;
-    else if (g->state == GEN_RUNNING && g->max_stop > 0)    /* may still become a stop string */
-        end = char_start(g->text, g->len > g->max_stop - 1 ? g->len - (g->max_stop - 1) : 0);
+    else if (g->state == GEN_RUNNING && g->hold > 0)    /* may still become a stop or DSML */
+        end = char_start(g->text, g->len > g->hold - 1 ? g->len - (g->hold - 1) : 0);
+    end = DSV4_MIN(end, g->calls_at);
     if (g->emitted >= end)
         return false;
     bool r = g->emitted < g->think_end;
@@ -323,7 +356,7 @@ bool gen_take(struct gen *g, const char **p, size_t *n, bool *reasoning)
 
 const char *gen_finish_reason(const struct gen *g)
 {
-    return g->reason == DSV4_DONE_LENGTH ? "length" : "stop";
+    return g->n_calls > 0 ? "tool_calls" : g->reason == DSV4_DONE_LENGTH ? "length" : "stop";
 }
 
 void gen_end(struct gen *g)
@@ -346,5 +379,6 @@ void gen_end(struct gen *g)
     free(g->text);
     free(g->lp);
     free(g->top);
+    api_dsml_free(g->calls, g->n_calls);
     memset(g, 0, sizeof(*g));
 }

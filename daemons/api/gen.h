@@ -21,6 +21,7 @@
 
 #include "api.h"
 #include "api_req.h"
+#include "dsml.h"
 #include "zmsg.h"
 
 enum { GEN_RUNNING, GEN_DONE, GEN_FAILED };
@@ -41,6 +42,11 @@ struct gen {
     /* the visible text: reasoning = [0, think_end), content = [think_end, cut) */
     char *text;
     size_t len, cap, think_end, cut, emitted, max_stop;
+    size_t hold;                /* bytes at the end that may still become a stop or a DSML start */
+    /* tools: where the DSML tool calls start (SIZE_MAX: not seen), and the calls once done */
+    size_t calls_at;
+    struct api_tool_call *calls;
+    int n_calls;
     int state;
     int reason;                 /* enum dsv4_done_reason once GEN_DONE */
     int stop_index;             /* which stop string matched, -1 none */
@@ -78,5 +84,5 @@ int gen_wait(struct gen *g, int timeout_ms, struct api_error *e);
 bool gen_take(struct gen *g, const char **p, size_t *n, bool *reasoning);
 /* Cancel if still running, release everything. */
 void gen_end(struct gen *g);
-/* The finish reason as OpenAI names it: stop, length. */
+/* The finish reason as OpenAI names it: stop, length, tool_calls. */
 const char *gen_finish_reason(const struct gen *g);

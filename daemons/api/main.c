@@ -25,6 +25,7 @@
 
 #include "api.h"
 #include "api_listen.h"
+#include "chat.h"
 #include "config.h"
 #include "daemon.h"
 #include "http.h"
@@ -76,6 +77,8 @@ static int setup(struct api_ctx *c, const char *model, const char *key_file, int
         return r;
     c->has_eos = dsv4_tokenizer_eos(c->tok, &c->eos);
     c->has_end_think = dsv4_tokenizer_find(c->tok, "</think>", &c->end_think);
+    c->dsml_special = dsv4_tokenizer_find(c->tok, DSV4_CHAT_DSML, &c->dsml) &&
+                      dsv4_tokenizer_is_special(c->tok, c->dsml);
     pthread_mutex_init(&c->tok_mu, NULL);
     return 0;
 }

@@ -282,6 +282,104 @@ static int content_text(struct api_req *r, const cJSON *c, size_t i, const char 
     return 0;
 }
 
+/*
+ * "tools" (function tools) and "tool_choice": the tools rendered into the prompt as JSON text
+ * (*json NULL when none); "none" renders none, a named function only that one; "required" is
+ * accepted but not enforced (the model decides).
+ */
+static int tools_field(const cJSON *root, struct api_req *r, const char **json,
+                       struct api_error *e)
+{
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    *json = NULL;
+    if (tools && !cJSON_IsNull(tools) && !cJSON_IsArray(tools))
+        return api_bad(e, "tools", "'tools' must be a list");
+    int i = 0;
+    for (const cJSON *t = tools ? tools->child : NULL; t; t = t->next, i++) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+        char param[48];
+        snprintf(param, sizeof(param), "tools[%d]", i);
+        if (!cJSON_IsObject(t) || !cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+            !cJSON_IsObject(f) || !cJSON_IsString(name) || !name->valuestring[0] ||
+            (params && !cJSON_IsObject(params)))
+            return api_bad(e, param, "'%s' must be {\"type\": \"function\", \"function\": "
+                                     "{\"name\": ..., \"parameters\": {...}}}", param);
+    }
+    const char *only = NULL;
+    if (tc && !cJSON_IsNull(tc)) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(tc, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        if (cJSON_IsString(tc) && !strcmp(tc->valuestring, "none"))
+            return 0;
+        if (cJSON_IsObject(tc) && cJSON_IsString(name))
+            only = name->valuestring;
+        else if (!cJSON_IsString(tc) || (strcmp(tc->valuestring, "auto") &&
+                                         strcmp(tc->valuestring, "required")))
+            return api_bad(e, "tool_choice", "'tool_choice' must be none, auto, required or "
+                                             "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (!tools || !tools->child)
+            return api_bad(e, "tool_choice", "'tool_choice' needs 'tools'");
+    }
+    if (!tools || !tools->child)
+        return 0;
+    cJSON *list = cJSON_CreateArray();
+    for (const cJSON *t = tools->child; t; t = t->next) {
+        const char *nm = cJSON_GetObjectItemCaseSensitive(
+                             cJSON_GetObjectItemCaseSensitive(t, "function"), "name")->valuestring;
+        if (!only || !strcmp(only, nm))
+            cJSON_AddItemToArray(list, cJSON_Duplicate(t, true));
+    }
+    if (only && !list->child) {
+        cJSON_Delete(list);
+        return api_bad(e, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'",
+                       only);
+    }
+    *json = api_own(r, cJSON_PrintUnformatted(list));
+    cJSON_Delete(list);
+    return 0;
+}
+
+/* An assistant message's "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}]. */
+static int assistant_calls(struct api_req *r, const cJSON *m, size_t i, struct dsv4_chat_msg *cm,
+                           struct api_error *e)
+{
+    const cJSON *calls = cJSON_GetObjectItemCaseSensitive(m, "tool_calls");
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%zu].tool_calls", i);
+    if (!calls || cJSON_IsNull(calls))
+        return 0;
+    if (strcmp(cm->role, "assistant") != 0 || !cJSON_IsArray(calls))
+        return api_bad(e, param, "'%s' is a list, on assistant messages only", param);
+    size_t n = (size_t)cJSON_GetArraySize(calls), k = 0;
+    struct dsv4_chat_tool_call *v = (void *)api_own(r, dsv4_xcalloc(n ? n : 1, sizeof(*v)));
+    for (const cJSON *c = calls->child; c; c = c->next, k++) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(f, "arguments");
+        if (!cJSON_IsObject(c) || (id && !cJSON_IsString(id)) || !cJSON_IsString(name) ||
+            !cJSON_IsString(args))
+            return api_bad(e, param, "'%s[%zu]' must have a string id and function {\"name\", "
+                                     "\"arguments\"} strings", param, k);
+        cJSON *parsed = cJSON_Parse(args->valuestring);
+        bool bad_args = parsed && !cJSON_IsObject(parsed);
+        cJSON_Delete(parsed);
+        if (bad_args)
+            return api_bad(e, param, "'%s[%zu].function.arguments' must be a JSON object", param,
+                           k);
+        v[k] = (struct dsv4_chat_tool_call){ id ? id->valuestring : NULL, name->valuestring,
+                                             args->valuestring };
+    }
+    cm->tool_calls = v;
+    cm->n_tool_calls = n;
+    return 0;
+}
+
 /* DeepSeek's "thinking": {"type": "enabled"|"disabled"}, or any reasoning_effort. */
 static int thinking_fields(const cJSON *root, struct api_req *r, struct api_error *e)
 {
@@ -319,13 +417,9 @@ int api_parse_chat(const char *body, size_t len, struct api_req *r, struct api_e
     if (k && !r->logprobs)
         return api_bad(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     r->top_logprobs = k ? (int)v : 0;
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && !tools->child))
-        return api_bad(e, "tools", "'tools' is not supported by this server yet");
-    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
-    if (tc && !cJSON_IsNull(tc) && !(cJSON_IsString(tc) && !strcmp(tc->valuestring, "none")) &&
-        !(cJSON_IsString(tc) && !strcmp(tc->valuestring, "auto")))
-        return api_bad(e, "tool_choice", "'tool_choice' other than none/auto needs tools");
+    const char *tools_json = NULL;
+    if (tools_field(root, r, &tools_json, e) < 0)
+        return -1;
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(root, "response_format");
     if (rf && !cJSON_IsNull(rf)) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(rf, "type");
@@ -338,7 +432,7 @@ int api_parse_chat(const char *body, size_t len, struct api_req *r, struct api_e
     size_t n = (size_t)cJSON_GetArraySize(msgs);
     if (n > API_MAX_MESSAGES)
         return api_bad(e, "messages", "'messages' has more than %d entries", API_MAX_MESSAGES);
-    r->msgs = dsv4_xcalloc(n, sizeof(*r->msgs));
+    r->msgs = dsv4_xcalloc(n + 1, sizeof(*r->msgs));   /* + a system message for the tools */
     size_t i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
         char param[64];
@@ -350,15 +444,21 @@ int api_parse_chat(const char *body, size_t len, struct api_req *r, struct api_e
         if (!cJSON_IsString(role))
             return api_bad(e, param, "'%s' is required and must be a string", param);
         const char *rs = role->valuestring;
-        if (!strcmp(rs, "tool") || cJSON_GetObjectItemCaseSensitive(m, "tool_calls"))
-            return api_bad(e, param, "'%s': tool messages and tool_calls are not supported yet",
-                           param);
         if (strcmp(rs, "system") && strcmp(rs, "user") && strcmp(rs, "assistant") &&
-            strcmp(rs, "developer"))
+            strcmp(rs, "developer") && strcmp(rs, "tool"))
             return api_bad(e, param, "'%s': unknown role '%.40s'", param, rs);
         struct dsv4_chat_msg *cm = &r->msgs[i];
         cm->role = rs;
         if (content_text(r, cJSON_GetObjectItemCaseSensitive(m, "content"), i, &cm->content, e) < 0)
+            return -1;
+        if (!strcmp(rs, "tool")) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+            snprintf(param, sizeof(param), "messages[%zu].tool_call_id", i);
+            if (id && !cJSON_IsString(id))
+                return api_bad(e, param, "'%s' must be a string", param);
+            cm->tool_call_id = id ? id->valuestring : NULL;
+        }
+        if (assistant_calls(r, m, i, cm, e) < 0)
             return -1;
         if (!cm->content && strcmp(rs, "assistant") != 0) {
             snprintf(param, sizeof(param), "messages[%zu].content", i);
@@ -377,6 +477,15 @@ int api_parse_chat(const char *body, size_t len, struct api_req *r, struct api_e
         }
     }
     r->n_msgs = n;
+    if (tools_json) {   /* the tools go with the system message, one is made if there is none */
+        if (strcmp(r->msgs[0].role, "system") != 0) {
+            memmove(r->msgs + 1, r->msgs, n * sizeof(*r->msgs));
+            r->msgs[0] = (struct dsv4_chat_msg){ .role = "system", .content = "" };
+            r->n_msgs++;
+        }
+        r->msgs[0].tools = tools_json;
+        r->tools = true;
+    }
     return 0;
 }
 

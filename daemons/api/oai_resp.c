@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include <cjson/cJSON.h>
 
@@ -213,6 +214,29 @@ static cJSON *chunk_logprobs(const struct gen *g, struct api_meta *m, bool chat)
     return chat ? chat_logprobs(g, from, to) : text_logprobs(g, from, to, &m->lp_offset);
 }
 
+/* The parsed DSML calls as OpenAI tool_calls (a stream's carry their index). */
+static cJSON *tool_calls(const struct gen *g, bool stream)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < g->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject(), *f;
+        uint64_t x = 0;
+        if (getrandom(&x, sizeof(x), 0) != sizeof(x))
+            x = dsv4_now_ns() + (uint64_t)i;
+        char id[32];
+        snprintf(id, sizeof(id), "call_%016llx", (unsigned long long)x);
+        if (stream)
+            cJSON_AddNumberToObject(c, "index", i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", g->calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", g->calls[i].arguments);
+        cJSON_AddItemToArray(a, c);
+    }
+    return a;
+}
+
 /* ---- chat ---- */
 static cJSON *chat_chunk(const struct api_meta *m, cJSON *delta, const char *finish,
                          cJSON *logprobs)
@@ -250,6 +274,11 @@ static void chat_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, 
 
 static void chat_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
 {
+    if (g->n_calls) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddItemToObject(d, "tool_calls", tool_calls(g, true));
+        sb_sse(o, NULL, chat_chunk(m, d, NULL, NULL));
+    }
     sb_sse(o, NULL, chat_chunk(m, cJSON_CreateObject(), gen_finish_reason(g),
                                chunk_logprobs(g, m, true)));
     if (m->req->include_usage) {
@@ -288,7 +317,12 @@ static char *chat_body(struct gen *g, struct api_meta *m)
     cJSON *x = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(x, "message");
     cJSON_AddNumberToObject(x, "index", 0);
     cJSON_AddStringToObject(msg, "role", "assistant");
-    cJSON_AddItemToObject(msg, "content", api_json_strn(cs.p, cs.n));
+    if (g->n_calls && cs.n == 0)
+        cJSON_AddNullToObject(msg, "content");
+    else
+        cJSON_AddItemToObject(msg, "content", api_json_strn(cs.p, cs.n));
+    if (g->n_calls)
+        cJSON_AddItemToObject(msg, "tool_calls", tool_calls(g, false));
     if (m->req->chat.thinking)
         cJSON_AddItemToObject(msg, "reasoning_content", api_json_strn(rs.p, rs.n));
     if (m->req->logprobs)

@@ -37,6 +37,16 @@ out.messages_stream = '';
 ms.on('text', (t) => { out.messages_stream += t; });
 await ms.finalMessage();
 
+// a tool round trip as an agent sends it: the call, its result, tools declared
+const tools = [{ type: 'function', function: { name: 'get_weather', parameters: {
+  type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+const t = await oai.chat.completions.create({ model, max_tokens: 8, temperature: 0, tools,
+  messages: [...messages,
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+      function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '18C' }] });
+out.tools_finish = t.choices[0].finish_reason;
+
 try {
   await oai.chat.completions.create({ model, messages, temperature: 9 });
 } catch (e) {

@@ -278,6 +278,63 @@ def chat():
         assert all(max(t.values()) == l for t, l in zip(tl["top_logprobs"], tl["token_logprobs"]))
         assert tl["text_offset"][0] == 0, tl
 
+        # tools: the prompt is the official encoder's rendering (tools with a system message made
+        # for them, the assistant's call as DSML, the result merged into a user turn); the ids
+        # are checked by count against `dsv4ctl tokenize` of that text
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather of a city, \"quoted\" ✓",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                            "days": {"type": "integer"}},
+                           "required": ["city"]}}}]
+        conv = [{"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather",
+                                  "arguments": json.dumps({"city": "Paris", "days": 2})}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "18C"}]
+        ds = "\uff5cDSML\uff5c"
+        tools_text = (
+            "## Tools\n\nYou have access to a set of tools to help answer the user's question. You "
+            f"can invoke tools by writing a \"<{ds}tool_calls>\" block like the following:\n\n"
+            f"<{ds}tool_calls>\n<{ds}invoke name=\"$TOOL_NAME\">\n<{ds}parameter "
+            f"name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE</{ds}parameter>\n"
+            f"...\n</{ds}invoke>\n<{ds}invoke name=\"$TOOL_NAME2\">\n...\n</{ds}invoke>\n"
+            f"</{ds}tool_calls>\n\nString parameters should be specified as is and set "
+            "`string=\"true\"`. For all other types (numbers, booleans, arrays, objects), pass the "
+            "value in JSON format and set `string=\"false\"`.\n\nIf thinking_mode is enabled "
+            "(triggered by <think>), you MUST output your complete reasoning inside "
+            "<think>...</think> BEFORE any tool calls or final response.\n\nOtherwise, output "
+            "directly after </think> with tool calls or final response.\n\n### Available Tool "
+            "Schemas\n\n" + json.dumps(tools[0]["function"], ensure_ascii=False) +
+            "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to "
+            "invoke tool calls.\n")
+        bos, eos = "<\uff5cbegin\u2581of\u2581sentence\uff5c>", "<\uff5cend\u2581of\u2581sentence\uff5c>"
+        usr, ast = "<\uff5cUser\uff5c>", "<\uff5cAssistant\uff5c>"
+        want = (bos + "\n\n" + tools_text + usr + "Weather in Paris?" + ast + "</think>" +
+                f"\n\n<{ds}tool_calls>\n<{ds}invoke name=\"get_weather\">\n<{ds}parameter "
+                f"name=\"city\" string=\"true\">Paris</{ds}parameter>\n<{ds}parameter name=\"days\" "
+                f"string=\"false\">2</{ds}parameter>\n</{ds}invoke>\n</{ds}tool_calls>" + eos +
+                usr + "<tool_result>18C</tool_result>" + ast + "</think>")
+        want_ids = ctl("tokenize", "--model", model, want).stdout.decode().split()
+        s, _, r = post("/v1/chat/completions", {"model": MODEL_ID, "messages": conv,
+                                                "tools": tools, "max_tokens": 8, "temperature": 0})
+        assert s == 200 and r["usage"]["prompt_tokens"] == len(want_ids), (r, len(want_ids))
+        assert r["choices"][0]["finish_reason"] in ("stop", "length"), r   # no DSML from tiny
+        # tool_choice none: the tools leave the prompt (the rest stays)
+        s, _, r2 = post("/v1/chat/completions", {"model": MODEL_ID, "messages": conv, "tools": tools,
+                                                 "tool_choice": "none", "max_tokens": 8,
+                                                 "temperature": 0})
+        no_tools = want.replace("\n\n" + tools_text, "")
+        assert r2["usage"]["prompt_tokens"] == len(ctl("tokenize", "--model", model,
+                                                       no_tools).stdout.split()), r2
+        # a system message of our own carries them: its content comes first
+        s, _, r3 = post("/v1/chat/completions",
+                        {"model": MODEL_ID, "messages": [{"role": "system", "content": "Be brief."}]
+                         + conv, "tools": tools, "max_tokens": 8, "temperature": 0})
+        sys_ids = ctl("tokenize", "--model", model,
+                      want.replace(bos, bos + "Be brief.", 1)).stdout.split()
+        assert r3["usage"]["prompt_tokens"] == len(sys_ids), r3
+
         # text parts are joined as one content
         s, _, r = post("/v1/chat/completions",
                        {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
@@ -422,6 +479,16 @@ def errors():
             "messages[0].content")
         bad({"model": MODEL_ID, "prompt": [-1]}, "prompt", path="/v1/completions")
         bad({"model": MODEL_ID, "prompt": [10 ** 6]}, "prompt", path="/v1/completions")
+        tl = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        bad(chat_body(tools={"f": 1}), "tools")
+        bad(chat_body(tools=[{"type": "function", "function": {"name": ""}}]), "tools[0]")
+        bad(chat_body(tools=tl, tool_choice={"type": "function", "function": {"name": "g"}}),
+            "tool_choice")
+        bad(chat_body(tool_choice="required"), "tool_choice")
+        bad({"model": MODEL_ID, "tools": tl, "messages": [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "tool_calls": [{"id": "1", "type": "function", "function": {
+                "name": "f", "arguments": "[1]"}}]}]}, "messages[1].tool_calls")
         s, _, b = post("/v1/messages", {"model": MODEL_ID, "messages": []}, headers=auth)
         check_error(s, b, 400, anthropic=True)
         # context overflow names both numbers
@@ -632,6 +699,7 @@ def sdk():
         assert out["completion"] == cref, (out, cref)
         assert out["messages"] == ref and out["messages_stream"] == ref, (out, ref)
         assert out["bad_status"] == 400 and out["bad_param"] == "temperature", out
+        assert out["tools_finish"] in ("stop", "length"), out
         print("# sdk: openai and @anthropic-ai/sdk clients get gen's text")
     finally:
         stop_and_check(st)

@@ -34,7 +34,10 @@ static void check_ok(const struct api_req *r)
     for (size_t i = 0; i < r->n_msgs; i++) {
         const struct dsv4_chat_msg *m = &r->msgs[i];
         CHECK(m->role && (!strcmp(m->role, "system") || !strcmp(m->role, "user") ||
-                          !strcmp(m->role, "assistant") || !strcmp(m->role, "developer")));
+                          !strcmp(m->role, "assistant") || !strcmp(m->role, "developer") ||
+                          !strcmp(m->role, "tool")));
+        CHECK(!m->n_tool_calls || (m->tool_calls && !strcmp(m->role, "assistant")));
+        CHECK(!m->tools || (i == 0 && !strcmp(m->role, "system") && r->tools));
         CHECK(m->content || !strcmp(m->role, "assistant"));
         if (m->content)
             (void)strlen(m->content);
