@@ -6,12 +6,16 @@
  * reasoning (dropped by the V4 template as for OpenAI), `thinking:
  * {"type":"enabled"}` turns thinking on. Responses and events follow
  * Anthropic's shapes: a thinking block then a text block, stop_reason
- * end_turn / max_tokens / stop_sequence, errors as {"type":"error",...}.
- * Not supported (400 naming the field): tool_use/tool_result/image blocks,
- * tools.
+ * end_turn / max_tokens / stop_sequence / tool_use, errors as
+ * {"type":"error",...}. Tools: `tools` ({name, description, input_schema})
+ * are rendered as the OpenAI path renders function tools, `tool_use` blocks
+ * of assistant turns are their tool calls, `tool_result` blocks of user
+ * turns their results; the model's DSML calls come back as tool_use blocks.
+ * Not supported (400 naming the field): image and document blocks.
  */
 #include <math.h>
 #include <stdio.h>
+#include <sys/random.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,8 +55,8 @@ static int blocks(struct api_req *r, const cJSON *c, const char *param, bool ass
             if (!cJSON_IsString(x))
                 return api_bad(e, param, "'%s': a thinking block needs a string 'thinking'", param);
             rtotal += strlen(x->valuestring);
-        } else if (!strcmp(bt, "redacted_thinking") && assistant) {
-            continue;
+        } else if ((!strcmp(bt, "redacted_thinking") || !strcmp(bt, "tool_use")) && assistant) {
+            continue;   /* tool_use: the message's tool calls (assistant_tool_uses) */
         } else {
             return api_bad(e, param, "'%s': block type '%.40s' is not supported", param, bt);
         }
@@ -74,6 +78,148 @@ static int blocks(struct api_req *r, const cJSON *c, const char *param, bool ass
     *text = s;
     if (reasoning && rw != rs)
         *reasoning = rs;
+    return 0;
+}
+
+static struct dsv4_chat_msg *push(struct api_req *r, size_t *cap)
+{
+    if (r->n_msgs == *cap) {
+        *cap = *cap ? 2 * *cap : 8;
+        r->msgs = dsv4_xrealloc(r->msgs, *cap * sizeof(*r->msgs));
+    }
+    struct dsv4_chat_msg *m = &r->msgs[r->n_msgs++];
+    memset(m, 0, sizeof(*m));
+    return m;
+}
+
+/* An assistant turn's tool_use blocks as its tool calls (the input object as arguments). */
+static int assistant_tool_uses(struct api_req *r, const cJSON *c, const char *param,
+                               struct dsv4_chat_msg *cm, struct api_error *e)
+{
+    size_t n = 0, k = 0;
+    for (const cJSON *b = cJSON_IsArray(c) ? c->child : NULL; b; b = b->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+        n += cJSON_IsString(t) && !strcmp(t->valuestring, "tool_use");
+    }
+    if (!n)
+        return 0;
+    struct dsv4_chat_tool_call *v = (void *)api_own(r, dsv4_xcalloc(n, sizeof(*v)));
+    for (const cJSON *b = c->child; b; b = b->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "tool_use"))
+            continue;
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+        const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+        if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input))
+            return api_bad(e, param, "%s: a tool_use block needs string id and name and an "
+                                     "object input", param);
+        v[k++] = (struct dsv4_chat_tool_call){ id->valuestring, name->valuestring,
+                                               api_own(r, cJSON_PrintUnformatted(input)) };
+    }
+    cm->tool_calls = v;
+    cm->n_tool_calls = n;
+    return 0;
+}
+
+/* A user turn with tool_result blocks: its text runs as user messages, each result a tool
+ * message, in order (the template merges them back into one turn). */
+static int user_blocks(struct api_req *r, const cJSON *c, const char *param, size_t *cap,
+                       struct api_error *e)
+{
+    struct sbuf text = { 0 };
+    bool have_text = false;
+    for (const cJSON *b = c->child; b; b = b->next) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+        if (!cJSON_IsObject(b) || !cJSON_IsString(t))
+            return sb_free(&text), api_bad(e, param, "%s: each block needs a 'type'", param);
+        if (!strcmp(t->valuestring, "text")) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(b, "text");
+            if (!cJSON_IsString(x))
+                return sb_free(&text), api_bad(e, param, "%s: a text block needs 'text'", param);
+            sb_put(&text, x->valuestring, strlen(x->valuestring));
+            have_text = true;
+            continue;
+        }
+        if (strcmp(t->valuestring, "tool_result"))
+            return sb_free(&text), api_bad(e, param, "%s: block type '%.40s' is not supported",
+                                           param, t->valuestring);
+        if (have_text) {
+            struct dsv4_chat_msg *u = push(r, cap);
+            u->role = "user";
+            u->content = api_own(r, text.p);
+            text = (struct sbuf){ 0 };
+            have_text = false;
+        }
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
+        struct dsv4_chat_msg *tm = push(r, cap);
+        tm->role = "tool";
+        tm->tool_call_id = cJSON_IsString(id) ? id->valuestring : NULL;
+        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
+        if (rc && !cJSON_IsNull(rc) && blocks(r, rc, param, false, &tm->content, NULL, e) < 0)
+            return sb_free(&text), -1;
+    }
+    if (have_text) {
+        struct dsv4_chat_msg *u = push(r, cap);
+        u->role = "user";
+        u->content = api_own(r, text.p);
+    } else {
+        sb_free(&text);
+    }
+    return 0;
+}
+
+/* tools [{name, description, input_schema}] as the OpenAI function list the template renders;
+ * tool_choice {type: auto|any|tool|none}. NULL: no tools. */
+static int tools_json(struct api_req *r, const cJSON *root, const char **out, struct api_error *e)
+{
+    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "tool_choice");
+    const cJSON *tct = cJSON_GetObjectItemCaseSensitive(tc, "type");
+    const cJSON *tcn = cJSON_GetObjectItemCaseSensitive(tc, "name");
+    *out = NULL;
+    if (tc && !cJSON_IsNull(tc) &&
+        (!cJSON_IsString(tct) || (strcmp(tct->valuestring, "auto") && strcmp(tct->valuestring, "any") &&
+                                  strcmp(tct->valuestring, "none") &&
+                                  (strcmp(tct->valuestring, "tool") || !cJSON_IsString(tcn)))))
+        return api_bad(e, "tool_choice", "tool_choice: {\"type\": auto|any|none|tool, \"name\"}");
+    if (!tools || cJSON_IsNull(tools))
+        return 0;
+    if (!cJSON_IsArray(tools))
+        return api_bad(e, "tools", "tools: must be a list");
+    if (cJSON_IsString(tct) && !strcmp(tct->valuestring, "none"))
+        return 0;
+    const char *only = cJSON_IsString(tct) && !strcmp(tct->valuestring, "tool") ? tcn->valuestring
+                                                                                : NULL;
+    cJSON *list = cJSON_CreateArray();
+    int i = 0;
+    for (const cJSON *t = tools->child; t; t = t->next, i++) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+        if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsObject(schema) ||
+            (desc && !cJSON_IsString(desc))) {
+            cJSON_Delete(list);
+            char param[32];
+            snprintf(param, sizeof(param), "tools.%d", i);
+            return api_bad(e, param, "%s: {name, description, input_schema} expected", param);
+        }
+        if (only && strcmp(only, name->valuestring))
+            continue;
+        cJSON *x = cJSON_CreateObject(), *f;
+        cJSON_AddStringToObject(x, "type", "function");
+        f = cJSON_AddObjectToObject(x, "function");
+        cJSON_AddStringToObject(f, "name", name->valuestring);
+        if (desc)
+            cJSON_AddStringToObject(f, "description", desc->valuestring);
+        cJSON_AddItemToObject(f, "parameters", cJSON_Duplicate(schema, true));
+        cJSON_AddItemToArray(list, x);
+    }
+    if (list->child)
+        *out = api_own(r, cJSON_PrintUnformatted(list));
+    cJSON_Delete(list);
+    if (only && !*out)
+        return api_bad(e, "tool_choice", "tool_choice: '%.64s' is not in tools", only);
     return 0;
 }
 
@@ -128,21 +274,24 @@ int api_parse_messages(const char *body, size_t len, struct api_req *r, struct a
             return api_bad(e, "thinking", "thinking: {\"type\": \"enabled\"|\"disabled\"}");
         r->chat.thinking = !strcmp(t->valuestring, "enabled");
     }
-    const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
-    if (tools && !cJSON_IsNull(tools) && !(cJSON_IsArray(tools) && !tools->child))
-        return api_bad(e, "tools", "tools: not supported by this server yet");
+    const char *tools = NULL;
+    if (tools_json(r, root, &tools, e) < 0)
+        return -1;
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
     if (!cJSON_IsArray(msgs) || !msgs->child)
         return api_bad(e, "messages", "messages: Field required (a non-empty list)");
     size_t n = (size_t)cJSON_GetArraySize(msgs);
     if (n > API_MAX_MESSAGES)
         return api_bad(e, "messages", "messages: more than %d entries", API_MAX_MESSAGES);
-    r->msgs = dsv4_xcalloc(n + 1, sizeof(*r->msgs));
+    size_t cap = 0;
     const cJSON *sys = cJSON_GetObjectItemCaseSensitive(root, "system");
-    if (sys && !cJSON_IsNull(sys)) {
-        if (blocks(r, sys, "system", false, &r->msgs[0].content, NULL, e) < 0)
+    if ((sys && !cJSON_IsNull(sys)) || tools) {    /* the tools go with the system message */
+        struct dsv4_chat_msg *sm = push(r, &cap);
+        sm->role = "system";
+        sm->tools = tools;
+        r->tools = tools != NULL;
+        if (sys && !cJSON_IsNull(sys) && blocks(r, sys, "system", false, &sm->content, NULL, e) < 0)
             return -1;
-        r->msgs[r->n_msgs++].role = "system";
     }
     size_t i = 0;
     for (const cJSON *m = msgs->child; m; m = m->next, i++) {
@@ -152,12 +301,23 @@ int api_parse_messages(const char *body, size_t len, struct api_req *r, struct a
         if (!cJSON_IsObject(m) || !cJSON_IsString(role) ||
             (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
             return api_bad(e, param, "%s: must be \"user\" or \"assistant\"", param);
-        struct dsv4_chat_msg *cm = &r->msgs[r->n_msgs++];
-        cm->role = role->valuestring;
-        bool asst = !strcmp(cm->role, "assistant");
+        bool asst = !strcmp(role->valuestring, "assistant");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
         snprintf(param, sizeof(param), "messages.%zu.content", i);
-        if (blocks(r, cJSON_GetObjectItemCaseSensitive(m, "content"), param, asst, &cm->content,
-                   asst ? &cm->reasoning : NULL, e) < 0)
+        bool results = false;
+        for (const cJSON *b = cJSON_IsArray(content) ? content->child : NULL; b; b = b->next) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
+            results |= cJSON_IsString(t) && !strcmp(t->valuestring, "tool_result");
+        }
+        if (!asst && results) {
+            if (user_blocks(r, content, param, &cap, e) < 0)
+                return -1;
+            continue;
+        }
+        struct dsv4_chat_msg *cm = push(r, &cap);
+        cm->role = role->valuestring;
+        if (blocks(r, content, param, asst, &cm->content, asst ? &cm->reasoning : NULL, e) < 0 ||
+            (asst && assistant_tool_uses(r, content, param, cm, e) < 0))
             return -1;
     }
     return 0;
@@ -166,6 +326,8 @@ int api_parse_messages(const char *body, size_t len, struct api_req *r, struct a
 /* ---- responses ---- */
 static const char *stop_reason(const struct gen *g)
 {
+    if (g->n_calls)
+        return "tool_use";
     if (g->reason == DSV4_DONE_LENGTH)
         return "max_tokens";
     return g->stop_index >= 0 ? "stop_sequence" : "end_turn";
@@ -268,11 +430,48 @@ static void a_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, boo
     sb_sse(o, "content_block_delta", ev);
 }
 
+/* A tool_use block for call i: its input is the call's arguments (a JSON object). */
+static cJSON *tool_use(const struct gen *g, int i, bool empty_input)
+{
+    cJSON *b = cJSON_CreateObject();
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof(x), 0) != sizeof(x))
+        x = dsv4_now_ns() + (uint64_t)i;
+    char id[32];
+    snprintf(id, sizeof(id), "toolu_%016llx", (unsigned long long)x);
+    cJSON_AddStringToObject(b, "type", "tool_use");
+    cJSON_AddStringToObject(b, "id", id);
+    cJSON_AddStringToObject(b, "name", g->calls[i].name);
+    cJSON *in = empty_input ? NULL : cJSON_Parse(g->calls[i].arguments);
+    cJSON_AddItemToObject(b, "input", cJSON_IsObject(in) ? in : cJSON_CreateObject());
+    if (in && !cJSON_IsObject(in))
+        cJSON_Delete(in);
+    return b;
+}
+
 static void a_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
 {
-    if (!m->block_open || m->block_reasoning)   /* there is always a text block */
+    if (!g->n_calls && (!m->block_open || m->block_reasoning))  /* a text block at least */
         open_block(o, m, false);
     close_block(o, m);
+    for (int i = 0; i < g->n_calls; i++) {
+        cJSON *ev = cJSON_CreateObject(), *d;
+        cJSON_AddStringToObject(ev, "type", "content_block_start");
+        cJSON_AddNumberToObject(ev, "index", ++m->block);
+        cJSON_AddItemToObject(ev, "content_block", tool_use(g, i, true));
+        sb_sse(o, "content_block_start", ev);
+        ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "type", "content_block_delta");
+        cJSON_AddNumberToObject(ev, "index", m->block);
+        d = cJSON_AddObjectToObject(ev, "delta");
+        cJSON_AddStringToObject(d, "type", "input_json_delta");
+        cJSON_AddStringToObject(d, "partial_json", g->calls[i].arguments);
+        sb_sse(o, "content_block_delta", ev);
+        ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "type", "content_block_stop");
+        cJSON_AddNumberToObject(ev, "index", m->block);
+        sb_sse(o, "content_block_stop", ev);
+    }
     cJSON *ev = cJSON_CreateObject(), *d;
     cJSON_AddStringToObject(ev, "type", "message_delta");
     d = cJSON_AddObjectToObject(ev, "delta");
@@ -343,10 +542,14 @@ static char *a_body(struct gen *g, struct api_meta *m)
         cJSON_AddStringToObject(b, "signature", "");
         cJSON_AddItemToArray(content, b);
     }
-    cJSON *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(b, "type", "text");
-    cJSON_AddItemToObject(b, "text", api_json_strn(cs.p ? cs.p : "", cs.n));
-    cJSON_AddItemToArray(content, b);
+    if (!g->n_calls || cs.n) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "type", "text");
+        cJSON_AddItemToObject(b, "text", api_json_strn(cs.p ? cs.p : "", cs.n));
+        cJSON_AddItemToArray(content, b);
+    }
+    for (int i = 0; i < g->n_calls; i++)
+        cJSON_AddItemToArray(content, tool_use(g, i, false));
     sb_free(&rs);
     sb_free(&cs);
     char *t = cJSON_PrintUnformatted(o);

@@ -30,6 +30,7 @@ struct api_ctx {
     long long created;                      /* its mtime (unix seconds) */
     char *api_key;                          /* NULL: no authentication */
     size_t max_body;
+    unsigned idle_timeout_s;                /* a connection's deadline while it is not generating */
     struct dsv4_stats_shm *stats;           /* ours */
     struct dsv4_stats_shm *page[DSV4_ROLE_COUNT];  /* every role's, read-only (health) */
 };

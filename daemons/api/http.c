@@ -44,7 +44,14 @@ struct stream {                 /* a streamed response, owned by MHD's callback 
     size_t off;
     bool finished;
     uint64_t last_out;
+    struct MHD_Connection *conn;
 };
+
+/* The idle deadline again, after a generation (which runs without one). */
+static void deadline_back(struct MHD_Connection *conn, const struct api_ctx *c)
+{
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, c->idle_timeout_s);
+}
 
 static const char *const json_type = "application/json";
 
@@ -182,8 +189,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
     struct stream *s = cls;
     while (s->off == s->out.n) {
         s->off = s->out.n = 0;
-        if (s->finished)
+        if (s->finished) {
+            deadline_back(s->conn, s->c);
             return MHD_CONTENT_READER_END_OF_STREAM;
+        }
         pump(s);
         if (s->out.n)
             break;
@@ -277,6 +286,7 @@ static enum MHD_Result generate(struct MHD_Connection *conn, struct api_ctx *c, 
         }
     }
     if (!stream) {
+        deadline_back(conn, c);
         char *body = s->w->body(&s->g, &s->meta);
         atomic_fetch_sub(&c->stats->active, 1);
         count(c, 200);
@@ -287,6 +297,7 @@ static enum MHD_Result generate(struct MHD_Connection *conn, struct api_ctx *c, 
     }
     s->w->start(&s->out, &s->g, &s->meta);
     s->last_out = dsv4_now_ns();
+    s->conn = conn;
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read,
                                                                   s, stream_free);
     if (!resp) {
@@ -302,6 +313,7 @@ static enum MHD_Result generate(struct MHD_Connection *conn, struct api_ctx *c, 
 fail_gen:
     gen_end(&s->g);
 fail:
+    deadline_back(conn, c);
     count(c, e.status);
     ret = send_error(conn, s->w, &e);
     api_req_free(&s->req);

@@ -126,6 +126,7 @@ int main(int argc, char **argv)
     static struct api_ctx c;
     c.max_body = (size_t)(body_mb * 1048576.0);
     c.default_max_tokens = default_max;
+    c.idle_timeout_s = ho.idle_timeout_s;
     struct dsv4_daemon d;
     struct dsv4_err err;
     if (dsv4_daemon_init(&d, DSV4_ROLE_API, run_dir, &err) < 0) {

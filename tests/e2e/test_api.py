@@ -327,6 +327,18 @@ def chat():
         no_tools = want.replace("\n\n" + tools_text, "")
         assert r2["usage"]["prompt_tokens"] == len(ctl("tokenize", "--model", model,
                                                        no_tools).stdout.split()), r2
+        # the same conversation through the Anthropic shapes renders the same prompt
+        s, _, ra = post("/v1/messages", {
+            "model": MODEL_ID, "max_tokens": 8, "temperature": 0,
+            "tools": [{"name": "get_weather", "description": tools[0]["function"]["description"],
+                       "input_schema": tools[0]["function"]["parameters"]}],
+            "messages": [{"role": "user", "content": "Weather in Paris?"},
+                         {"role": "assistant", "content": [
+                             {"type": "tool_use", "id": "call_1", "name": "get_weather",
+                              "input": {"city": "Paris", "days": 2}}]},
+                         {"role": "user", "content": [
+                             {"type": "tool_result", "tool_use_id": "call_1", "content": "18C"}]}]})
+        assert s == 200 and ra["usage"]["input_tokens"] == len(want_ids), (ra, len(want_ids))
         # a system message of our own carries them: its content comes first
         s, _, r3 = post("/v1/chat/completions",
                         {"model": MODEL_ID, "messages": [{"role": "system", "content": "Be brief."}]
