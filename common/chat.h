@@ -4,8 +4,10 @@
  * official encoder (`encoding_dsv4.py`, encode_messages) makes, and
  * tokenizes it. The role markers are added tokens looked up by their
  * strings in the loaded tokenizer, so any tokenizer that has them (the real
- * one, the tiny fixture's) works. Tool calls (DSML), tool results and
- * quick-instruction tasks are not rendered yet (see docs/tokenizer.md).
+ * one, the tiny fixture's) works. Tools (the tool section of a system or
+ * developer message), assistant tool calls (DSML) and tool results
+ * (merged into user turns as <tool_result> blocks, in call order) are
+ * rendered; quick-instruction tasks and response_format are not.
  */
 #pragma once
 
@@ -23,11 +25,24 @@
 #define DSV4_CHAT_LATEST_REMINDER "<｜latest_reminder｜>"
 #define DSV4_CHAT_THINK "<think>"
 #define DSV4_CHAT_END_THINK "</think>"
+#define DSV4_CHAT_DSML "｜DSML｜"
+/* What starts the model's tool calls in its output (after the content). */
+#define DSV4_CHAT_TOOL_CALLS_START "\n\n<" DSV4_CHAT_DSML "tool_calls>"
+
+struct dsv4_chat_tool_call {
+    const char *id;         /* NULL = none (orders the tool results) */
+    const char *name;
+    const char *arguments;  /* a JSON object as text (OpenAI's function.arguments) */
+};
 
 struct dsv4_chat_msg {
-    const char *role;      /* system, user, developer, assistant, latest_reminder */
+    const char *role;      /* system, user, developer, assistant, tool, latest_reminder */
     const char *content;   /* NULL = empty */
     const char *reasoning; /* assistant's reasoning_content; NULL = none */
+    const char *tools;     /* system/developer: OpenAI's "tools" array as JSON text; NULL = none */
+    const struct dsv4_chat_tool_call *tool_calls;  /* assistant */
+    size_t n_tool_calls;
+    const char *tool_call_id;   /* tool: the call this result answers */
 };
 
 struct dsv4_chat_opts {
@@ -38,7 +53,9 @@ struct dsv4_chat_opts {
 };
 
 /* Render to a malloc'ed NUL-terminated string. -EINVAL for an unknown
- * role or an empty developer message. */
+ * role, an empty developer message, tools that are not a list of
+ * {"function": {...}} objects, or tool-call arguments that are JSON but not
+ * an object. */
 int dsv4_chat_render(const struct dsv4_chat_msg *msgs, size_t n, const struct dsv4_chat_opts *o,
                      char **text, size_t *len, struct dsv4_err *err);
 

@@ -29,6 +29,9 @@ struct dsv4_spec_opts {
     bool off;               /* plain decoding through the same code (no proposals) */
     bool draft_cost;        /* benchmarks: with a test proposer, run the drafter too and
                              * discard its block (the drafting cost without a trained drafter) */
+    bool rows_as_cost;      /* tests: a step costs its forwarded rows (a drafting pass one
+                             * more), not its wall time, so the policy's choices do not
+                             * depend on how loaded the machine is */
 };
 
 struct dsv4_spec_stats {

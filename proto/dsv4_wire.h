@@ -20,7 +20,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 
 #define DSV4_WIRE_MAGIC 0x34565344u     /* "DSV4" as bytes */
 #define DSV4_WIRE_ABI_MAJOR 1
-#define DSV4_WIRE_ABI_MINOR 0
+#define DSV4_WIRE_ABI_MINOR 1    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags */
 #define DSV4_WIRE_MAX_BODY (64u << 20)  /* bigger frames are dropped unread */
 
 /* Range limits every decoder enforces (a hostile count cannot size an allocation). */
@@ -40,7 +40,10 @@ struct dsv4_msg_hdr {
 _Static_assert(sizeof(struct dsv4_msg_hdr) == 16, "ABI");
 
 /* Roles (routing ids on the supervisor's ROUTER, stats page names). */
-enum dsv4_role { DSV4_ROLE_FETCHER, DSV4_ROLE_COMPUTE, DSV4_ROLE_SCHEDULER, DSV4_ROLE_COUNT };
+/* Started in this order, stopped in the reverse one; the fetcher and the api are optional. */
+enum dsv4_role {
+    DSV4_ROLE_FETCHER, DSV4_ROLE_COMPUTE, DSV4_ROLE_SCHEDULER, DSV4_ROLE_API, DSV4_ROLE_COUNT
+};
 const char *dsv4_role_name(int role);
 
 /* Error codes of ERROR messages (stable numbers: clients map them to exit codes). */
@@ -186,6 +189,20 @@ struct dsv4_msg_forward_result {
 };
 
 #define DSV4_GEN_NO_DSPARK 2u           /* this request decodes without speculation */
+/* Logprobs: TOKEN_LOGPROBS before each TOKEN, with the top (flags >> 8) & 0xff alternatives
+ * (<= DSV4_WIRE_MAX_LOGPROBS); such a request decodes without speculation. */
+#define DSV4_GEN_LOGPROBS 4u
+#define DSV4_GEN_TOP_SHIFT 8
+#define DSV4_GEN_TOP_MASK 0xff00u
+#define DSV4_WIRE_MAX_LOGPROBS 20
+struct dsv4_msg_token_logprobs {    /* scheduler -> client, just before the TOKEN of `index` */
+    uint64_t req_id;
+    uint32_t index;
+    int32_t id;                 /* the token chosen */
+    float logprob;              /* its log-softmax under the model (temperature 1, no top-k/p) */
+    uint32_t n_top;             /* <= DSV4_WIRE_MAX_LOGPROBS */
+    /* struct dsv4_wire_topk top[n_top]: most likely first */
+};
 struct dsv4_msg_draft {         /* scheduler -> compute: the drafter's block for `anchor` */
     uint64_t seq, session;
     int64_t pos;                /* the anchor's position: must equal the session's */
@@ -220,6 +237,7 @@ struct dsv4_msg_draft_result {
     X(DONE, 20, dsv4_msg_done)                                        \
     X(SCORE_ROWS, 21, dsv4_msg_score_rows)                            \
     X(PROGRESS, 22, dsv4_msg_progress)                                \
+    X(TOKEN_LOGPROBS, 23, dsv4_msg_token_logprobs)                    \
     X(SESSION_OPEN, 32, dsv4_msg_session_open)                        \
     X(SESSION_CLOSE, 33, dsv4_msg_session_ref)                        \
     X(FORWARD, 34, dsv4_msg_forward)                                  \

@@ -16,7 +16,7 @@
 
 const char *dsv4_role_name(int role)
 {
-    static const char *const names[] = { "fetcher", "compute", "scheduler" };
+    static const char *const names[] = { "fetcher", "compute", "scheduler", "api" };
     return role >= 0 && role < DSV4_ROLE_COUNT ? names[role] : "?";
 }
 
@@ -131,8 +131,13 @@ static int v_dsv4_msg_generate(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("GENERATE: n_done %u > max_tokens %d", b->n_done, b->max_tokens);
     if (b->n_stop_bytes > DSV4_WIRE_MAX_STOP_BYTES)
         return BAD("GENERATE: n_stop_bytes %u > %u", b->n_stop_bytes, DSV4_WIRE_MAX_STOP_BYTES);
-    if (b->flags & ~(DSV4_GEN_SKIP_SPECIAL | DSV4_GEN_NO_DSPARK))
+    if (b->flags & ~(DSV4_GEN_SKIP_SPECIAL | DSV4_GEN_NO_DSPARK | DSV4_GEN_LOGPROBS |
+                     DSV4_GEN_TOP_MASK))
         return BAD("GENERATE: unknown flags 0x%x", b->flags);
+    uint32_t top = (b->flags & DSV4_GEN_TOP_MASK) >> DSV4_GEN_TOP_SHIFT;
+    if (top > DSV4_WIRE_MAX_LOGPROBS || (top && !(b->flags & DSV4_GEN_LOGPROBS)))
+        return BAD("GENERATE: %u top logprobs (max %d, with DSV4_GEN_LOGPROBS)", top,
+                   DSV4_WIRE_MAX_LOGPROBS);
     uint64_t nt = (uint64_t)b->n_prompt + b->n_done;
     int r = tail_fits(m, sizeof(*b), 4 * nt + b->n_stop_bytes, err);
     if (r)
@@ -169,6 +174,26 @@ static int v_dsv4_msg_token(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("TOKEN: n %u / index %u out of range", b->n, b->index);
     int r = tail_fits(m, sizeof(*b), 4ull * b->n, err);
     return r ? r : check_tokens(m->tail, b->n, 0, err);
+}
+
+static int v_dsv4_msg_token_logprobs(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_token_logprobs *b = m->body;
+    if (b->index > DSV4_WIRE_MAX_TOKENS || b->id < 0 || b->n_top > DSV4_WIRE_MAX_LOGPROBS)
+        return BAD("TOKEN_LOGPROBS: index %u / id %d / n_top %u out of range", b->index, b->id,
+                   b->n_top);
+    if (!(b->logprob <= 0) || !isfinite(b->logprob))
+        return BAD("TOKEN_LOGPROBS: logprob %g not finite and <= 0", (double)b->logprob);
+    int r = tail_fits(m, sizeof(*b), (uint64_t)b->n_top * sizeof(struct dsv4_wire_topk), err);
+    if (r)
+        return r;
+    for (uint32_t i = 0; i < b->n_top; i++) {
+        struct dsv4_wire_topk t;
+        memcpy(&t, (const char *)m->tail + i * sizeof(t), sizeof(t));
+        if (t.id < 0 || !(t.logprob <= 0) || !isfinite(t.logprob))
+            return BAD("TOKEN_LOGPROBS: top %u: id %d logprob %g", i, t.id, (double)t.logprob);
+    }
+    return 0;
 }
 
 static int v_dsv4_msg_done(const struct dsv4_msg *m, struct dsv4_err *err)

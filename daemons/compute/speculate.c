@@ -222,7 +222,9 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     bool can = !sp->o.off && (sp->p.propose || sp->d) && lmax > 0;
     uint64_t t0 = dsv4_now_ns();
     int L = 0, rc;
+    bool drafted = false;
     if (can && dsv4_spec_policy_propose(&sp->pol)) {
+        drafted = true;
         if (sp->p.propose) {
             rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
             if (rc == 0 && sp->o.draft_cost && sp->d) {
@@ -251,8 +253,8 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
         return rc;
     if (sp->d)
         stash(sp, P, keep);
-    dsv4_spec_policy_record(&sp->pol, L, conf, accepted, n_out,
-                            (double)(dsv4_now_ns() - t0));
+    double ns = sp->o.rows_as_cost ? 1e6 * (L + 1 + drafted) : (double)(dsv4_now_ns() - t0);
+    dsv4_spec_policy_record(&sp->pol, L, conf, accepted, n_out, ns);
     return n_out;
 }
 

@@ -24,6 +24,7 @@
  * (spec.h; verification and acceptance in verify_result()).
  */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,8 @@ struct req {
     uint32_t n_decoded;         /* generated tokens fed to detok */
     bool detok_on;
     bool opened, cancel;
+    bool logprobs;              /* TOKEN_LOGPROBS before each TOKEN, with n_top alternatives */
+    uint32_t n_top;
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t t_submit, t_last;
     uint64_t t_sent;            /* last message to the client (PROGRESS probes the rest) */
@@ -271,7 +274,10 @@ static void admit(struct sched *s, const struct dsv4_msg *m)
                 r->max_stop_len = DSV4_MAX(r->max_stop_len, (uint32_t)strlen(q));
         }
         r->first_sent = g->n_done > 0;
-        spec_admit(&r->spec, s->dspark_block, g->temperature == 0.0f, g->flags, &s->dspark_opts);
+        r->logprobs = g->flags & DSV4_GEN_LOGPROBS;
+        r->n_top = (g->flags & DSV4_GEN_TOP_MASK) >> DSV4_GEN_TOP_SHIFT;
+        spec_admit(&r->spec, s->dspark_block, g->temperature == 0.0f,
+                   g->flags | (r->logprobs ? DSV4_GEN_NO_DSPARK : 0), &s->dspark_opts);
     } else {
         const struct dsv4_msg_score *sc = m->body;
         r->n_prompt = r->n_tok = sc->n_tokens;
@@ -337,6 +343,38 @@ static bool accept_token(struct sched *s, struct req *r, int32_t t)
     return reason >= 0;
 }
 
+/* TOKEN_LOGPROBS for token t: log-softmax of the model's logits (in double), top alternatives. */
+static void send_logprobs(struct sched *s, struct req *r, int32_t t, const float *logits, int n)
+{
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < n; i++)
+        mx = DSV4_MAX(mx, (double)logits[i]);
+    for (int i = 0; i < n; i++)
+        sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    struct dsv4_wire_topk top[DSV4_WIRE_MAX_LOGPROBS];
+    uint32_t k = 0;
+    for (int i = 0; i < n; i++) {     /* insertion into the k best (k <= 20) */
+        if (k == r->n_top && (k == 0 || logits[i] <= logits[top[k - 1].id]))
+            continue;
+        uint32_t j = k < r->n_top ? k++ : k - 1;
+        while (j > 0 && logits[top[j - 1].id] < logits[i]) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].id = i;
+    }
+    for (uint32_t j = 0; j < k; j++)
+        top[j].logprob = (float)DSV4_MIN((double)logits[top[j].id] - lse, 0.0);
+    struct dsv4_msg_token_logprobs m = { r->id, r->n_gen, t,
+                                         (float)DSV4_MIN((double)logits[t] - lse, 0.0), k };
+    dsv4_wire_begin(&s->out, DSV4_MSG_TOKEN_LOGPROBS);
+    dsv4_wire_put(&s->out, &m, sizeof(m));
+    dsv4_wire_put(&s->out, top, k * sizeof(top[0]));
+    dsv4_wire_finish(&s->out);
+    to_client(s, r);
+}
+
 /* Accept the token a plain FORWARD_RESULT decides. */
 static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward_result *res,
                    const struct dsv4_wire_row *rows, const float *logits)
@@ -345,6 +383,8 @@ static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward
                     ? rows[res->n_rows - 1].argmax
                     : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
     spec_plain_done(&r->spec);
+    if (r->logprobs)
+        send_logprobs(s, r, t, logits, (int)res->n_logits);
     accept_token(s, r, t);
 }
 
@@ -447,7 +487,7 @@ static void on_compute(struct sched *s)
     }
     if (s->prefilling == r)
         prefill_gauges(s, NULL, 0, 0);
-    if (r->sp.temperature != 0.0 && res->n_logits == 0) {
+    if ((r->sp.temperature != 0.0 || r->logprobs) && res->n_logits == 0) {
         fail(s, r, DSV4_WE_INTERNAL, "compute sent no logits to sample from");
         return;
     }
@@ -477,7 +517,8 @@ static bool issue(struct sched *s, struct req *r)
         bool last = r->cpos + n == r->n_tok;
         struct dsv4_msg_forward f = { seq, r->session, n, 0,
                                       score ? DSV4_FWD_ALL_ROWS
-                                            : (last && r->sp.temperature != 0.0 ? DSV4_FWD_LOGITS : 0),
+                                            : (last && (r->sp.temperature != 0.0 || r->logprobs)
+                                                   ? DSV4_FWD_LOGITS : 0),
                                       0 };
         dsv4_wire_begin(&s->out, DSV4_MSG_FORWARD);
         dsv4_wire_put(&s->out, &f, sizeof(f));

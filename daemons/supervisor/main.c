@@ -8,6 +8,7 @@
  *       [--budget-bytes N] [--cache-bytes N] [--session-bytes N] [--drafter-cache-bytes N]
  *       [--sessions N] [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]
  *       [--watchdog-s N] [--stall-s N] [--dspark] [--foreground] [--ready-fd FD]
+ *       [--api-addr HOST:PORT [--api-required] | --no-api] [--api-key-file FILE]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "api_listen.h"
 #include "exitcode.h"
 #include "metrics.h"
 #include "parse.h"
@@ -28,6 +30,7 @@ static void usage(void)
             "       [--drafter-cache-bytes N] [--sessions N]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
             "       [--watchdog-s N] [--stall-s N] [--dspark] [--foreground] [--ready-fd FD]\n"
+            "       [--api-addr HOST:PORT [--api-required] | --no-api] [--api-key-file FILE]\n"
             "(normally started by `dsv4ctl start`, which makes the memory plan)\n");
 }
 
@@ -51,11 +54,16 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "dspark", no_argument, NULL, 'd' },
         { "foreground", no_argument, NULL, 'f' },
         { "ready-fd", required_argument, NULL, 'y' },
+        { "api-addr", required_argument, NULL, 'A' },
+        { "api-required", no_argument, NULL, 'Q' },
+        { "no-api", no_argument, NULL, 'a' },
+        { "api-key-file", required_argument, NULL, 'K' },
         { 0 },
     };
     const char *me = "dsv4-supervisor";
     *o = (struct supervisor_opts){ .threads = 1, .metrics_addr = DSV4_METRICS_DEFAULT_ADDR,
-                                   .watchdog_s = 30, .stall_s = 600 };
+                                   .watchdog_s = 30, .stall_s = 600,
+                                   .api_addr = DSV4_API_DEFAULT_ADDR };
     *ready_fd = -1;
     int c, r = 0;
     optind = 1;
@@ -84,6 +92,10 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         case 'd': o->dspark = true; break;
         case 'f': o->foreground = true; break;
         case 'y': r = dsv4_parse_int_opt(me, "ready-fd", optarg, 3, 1 << 20, ready_fd); break;
+        case 'A': o->api_addr = optarg; break;
+        case 'Q': o->api_explicit = true; break;
+        case 'a': o->api_addr = NULL; break;
+        case 'K': o->api_key_file = optarg; break;
         default: usage(); return -EINVAL;
         }
     }
@@ -91,6 +103,11 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         return r;
     if (!o->model || optind != argc) {
         usage();
+        return -EINVAL;
+    }
+    if (o->api_addr && !o->api_key_file && !dsv4_api_addr_is_loopback(o->api_addr)) {
+        fprintf(stderr, "%s: --api-addr %s is not a loopback address: give --api-key-file\n", me,
+                o->api_addr);
         return -EINVAL;
     }
     return 0;

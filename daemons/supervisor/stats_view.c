@@ -16,6 +16,7 @@
 #define E(field) ((uint16_t)offsetof(struct dsv4_expert_stats_shm, field))
 #define SCHED DSV4_SV_ROLE(DSV4_ROLE_SCHEDULER)
 #define COMPUTE DSV4_SV_ROLE(DSV4_ROLE_COMPUTE)
+#define API DSV4_SV_ROLE(DSV4_ROLE_API)
 #define C DSV4_SV_COUNTER
 #define G DSV4_SV_GAUGE
 
@@ -80,6 +81,21 @@ const struct dsv4_sv_field dsv4_sv_stats[] = {
       S(mem_scratch_bytes), 0 },
     { "dsv4_memory_budget_bytes", NULL, "mem_budget_bytes",
       "The memory budget the plan was made for.", G, COMPUTE, S(mem_budget_bytes), 0 },
+    /* dsv4-api: HTTP requests by outcome (busy = answered 429) */
+    { "dsv4_api_requests_total", "outcome=\"ok\"", "requests_ok",
+      "HTTP generation requests through dsv4-api, by outcome.", C, API, S(req_ok), 0 },
+    { "dsv4_api_requests_total", "outcome=\"error\"", "requests_error", NULL, C, API,
+      S(req_error), 0 },
+    { "dsv4_api_requests_total", "outcome=\"cancelled\"", "requests_cancelled", NULL, C, API,
+      S(req_cancelled), 0 },
+    { "dsv4_api_requests_total", "outcome=\"busy\"", "requests_busy", NULL, C, API, S(req_busy),
+      0 },
+    { "dsv4_api_active_requests", NULL, "active", "HTTP generation requests open now.", G, API,
+      S(active), 0 },
+    { "dsv4_api_prompt_tokens_total", NULL, "prompt_tokens", "Prompt tokens of HTTP requests.", C,
+      API, S(prompt_tokens), 0 },
+    { "dsv4_api_generated_tokens_total", NULL, "generated_tokens",
+      "Tokens generated for HTTP requests.", C, API, S(generated_tokens), 0 },
 };
 const size_t dsv4_sv_n_stats = DSV4_ARRAY_SIZE(dsv4_sv_stats);
 
@@ -182,8 +198,9 @@ void dsv4_view_open(struct dsv4_view *v, const char *dir)
             v->page[r] = NULL;
             continue;
         }
-        /* the fetcher is not part of a set built without it: never spawned */
-        v->in_set[r] = r != DSV4_ROLE_FETCHER || atomic_load(&v->page[r]->pid) != 0 ||
+        /* the fetcher (and the api) are not part of a set built or started without: never spawned */
+        v->in_set[r] = (r != DSV4_ROLE_FETCHER && r != DSV4_ROLE_API) ||
+                       atomic_load(&v->page[r]->pid) != 0 ||
                        atomic_load(&v->page[r]->state) != DSV4_STATE_DOWN;
     }
 }

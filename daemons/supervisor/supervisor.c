@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "api_listen.h"
 #include "daemon.h"
 #include "dsv4_wire.h"
 #include "exitcode.h"
@@ -58,6 +59,7 @@ struct sv {
     struct dsv4_view view;      /* what the exporter reads: our own mappings */
     struct dsv4_metrics *metrics;
     char metrics_addr[128];     /* bound address, "" when none */
+    int api_fd;                 /* dsv4-api's listening socket, -1 when none */
 };
 
 static void say(int *fd, const char *fmt, ...)
@@ -143,6 +145,16 @@ static int spawn(struct sv *s, struct child *c)
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
             *a++ = "--dspark";
+        char lfd[16];
+        if (c->role == DSV4_ROLE_API) {     /* our socket, inherited past exec (no CLOEXEC) */
+            snprintf(lfd, sizeof(lfd), "%d", fcntl(s->api_fd, F_DUPFD, 20));
+            *a++ = "--listen-fd";
+            *a++ = lfd;
+            if (s->o->api_key_file) {
+                *a++ = "--api-key-file";
+                *a++ = (char *)s->o->api_key_file;
+            }
+        }
         assert(a < argv + DSV4_ARRAY_SIZE(argv));
         execv(c->exe, argv);
         fprintf(stderr, "exec %s: %s\n", c->exe, strerror(errno));
@@ -352,7 +364,7 @@ static void stop_all(struct sv *s)
     struct dsv4_wire_buf b = { 0 };
     dsv4_wire_simple(&b, DSV4_MSG_STOP, &st, sizeof(st));
     int dummy = -1;
-    for (int r = DSV4_ROLE_COUNT - 1; r >= 0; r--) {  /* scheduler, compute, fetcher */
+    for (int r = DSV4_ROLE_COUNT - 1; r >= 0; r--) {  /* api, scheduler, compute, fetcher */
         struct child *c = &s->ch[r];
         c->restart_at = 0;
         if (!c->pid)
@@ -400,11 +412,13 @@ static void cleanup(struct sv *s)
     if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
         shm_unlink(eshm);
     static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
-                                         "model", "metrics-addr" };
+                                         "model", "metrics-addr", "api-addr" };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
         snprintf(path, sizeof(path), "%s/%s", s->dir, files[i]);
         unlink(path);
     }
+    if (s->api_fd >= 0)
+        close(s->api_fd);
     if (s->ctl)
         zmq_close(s->ctl);
     if (s->zctx)
@@ -453,6 +467,54 @@ static int start_metrics(struct sv *s, int *ready_fd)
     return 0;
 }
 
+/* dsv4-api's socket, bound here (port 0 resolved, RUN_DIR/api-addr) so it outlives restarts of
+ * dsv4-api. Like the metrics: a busy default address only warns and the set runs without the
+ * API; an address asked for must work. */
+static int start_api(struct sv *s, int *ready_fd)
+{
+    char bound[128], path[DSV4_PATH_MAX + 32];
+    struct child *c = &s->ch[DSV4_ROLE_API];
+    snprintf(path, sizeof(path), "%s/api-addr", s->dir);
+    unlink(path);   /* a crashed set's */
+    if (!s->o->api_addr || !c->present) {
+        if (s->o->api_addr && s->o->api_explicit) {
+            say(ready_fd, "error: dsv4-api not found next to dsv4ctl");
+            return -1;
+        }
+        c->present = false;
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", s->o->model);
+    if (access(path, R_OK) != 0) {  /* text in and out needs the model's tokenizer */
+        c->present = false;
+        if (s->o->api_explicit) {
+            say(ready_fd, "error: --api-addr: the model has no tokenizer.json");
+            return -1;
+        }
+        dsv4_log_warn("supervisor", "the model has no tokenizer.json; serving no API");
+        return 0;
+    }
+    snprintf(path, sizeof(path), "%s/api-addr", s->dir);
+    struct dsv4_err err;
+    s->api_fd = dsv4_api_listen(s->o->api_addr, bound, sizeof(bound), &err);
+    if (s->api_fd < 0) {
+        c->present = false;
+        if (s->o->api_explicit) {
+            say(ready_fd, "error: %s", err.msg);
+            return -1;
+        }
+        dsv4_log_warn("supervisor", "%s; serving no API", err.msg);
+        return 0;
+    }
+    dsv4_log_info("supervisor", "API on http://%s/v1", bound);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%s\n", bound);
+        fclose(f);
+    }
+    return 0;
+}
+
 int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
 {
     static struct sv s;
@@ -460,6 +522,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     s.o = o;
     s.lockfd = -1;
     s.sigfd = -1;
+    s.api_fd = -1;
     dsv4_rundir_resolve(o->run_dir, s.dir);
     struct dsv4_err err;
     char path[DSV4_PATH_MAX + 32], ep[DSV4_PATH_MAX];
@@ -499,7 +562,8 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     if (old[0])
         unlink_segments(old);
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
-        static const char *const exes[] = { "dsv4-fetcher", "dsv4-compute", "dsv4-scheduler" };
+        static const char *const exes[] = { "dsv4-fetcher", "dsv4-compute", "dsv4-scheduler",
+                                            "dsv4-api" };
         struct child *c = &s.ch[r];
         c->role = r;
         c->present = dsv4_daemon_exe(exes[r], c->exe, sizeof(c->exe)) != NULL;
@@ -512,13 +576,13 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
         atomic_store(&c->stats->pid, 0);
         if (r == DSV4_ROLE_COMPUTE)
             atomic_store(&c->stats->mem_budget_bytes, o->budget_bytes);
-        if (!c->present && r != DSV4_ROLE_FETCHER) {
+        if (!c->present && r != DSV4_ROLE_FETCHER && r != DSV4_ROLE_API) {
             say(&ready_fd, "error: %s not found next to dsv4-supervisor", exes[r]);
             rc = DSV4_EXIT_NOINPUT;
             goto out;
         }
     }
-    if (start_metrics(&s, &ready_fd) < 0) {
+    if (start_api(&s, &ready_fd) < 0 || start_metrics(&s, &ready_fd) < 0) {
         rc = DSV4_EXIT_OSERR;
         goto out;
     }

@@ -99,7 +99,7 @@ def shm_segments():
 def stop_and_check(st):
     pids = [d["pid"] for d in st["daemons"]] + [st["supervisor_pid"]]
     before = shm_segments()
-    assert len(before) == 4, before    # three stats pages and the fetcher's expert cache
+    assert len(before) == 5, before    # four stats pages (api's too) and the fetcher's expert cache
     ctl("stop", "--run-dir", run_dir, timeout=60)
     for pid in pids:
         try:

@@ -38,7 +38,8 @@ static void expect(const struct msg3 *m, size_t n, struct dsv4_chat_opts o, cons
 {
     struct dsv4_chat_msg msgs[8];
     for (size_t i = 0; i < n; i++)
-        msgs[i] = (struct dsv4_chat_msg){ m[i].role, m[i].content, m[i].reasoning };
+        msgs[i] = (struct dsv4_chat_msg){ .role = m[i].role, .content = m[i].content,
+                                          .reasoning = m[i].reasoning };
     char *text;
     size_t len;
     struct dsv4_err err;
@@ -122,16 +123,121 @@ static void test_merge_and_drop(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    struct dsv4_chat_msg bad[] = { { "tool", "x", NULL } };
+    struct dsv4_chat_msg bad[] = { { .role = "wizard", .content = "x" } };
     struct dsv4_chat_opts o = { 0 };
     char *text;
     size_t len;
     struct dsv4_err err;
     assert_int_equal(dsv4_chat_render(bad, 1, &o, &text, &len, &err), -EINVAL);
-    assert_non_null(strstr(err.msg, "'tool'"));
-    struct dsv4_chat_msg dev[] = { { "developer", "", NULL } };
+    assert_non_null(strstr(err.msg, "'wizard'"));
+    struct dsv4_chat_msg dev[] = { { .role = "developer", .content = "" } };
     assert_int_equal(dsv4_chat_render(dev, 1, &o, &text, &len, &err), -EINVAL);
     assert_non_null(strstr(err.msg, "developer"));
+    struct dsv4_chat_msg tl[] = { { .role = "system", .content = "", .tools = "{\"a\": 1}" } };
+    assert_int_equal(dsv4_chat_render(tl, 1, &o, &text, &len, &err), -EINVAL);
+    struct dsv4_chat_tool_call tc = { "c", "f", "[1, 2]" };
+    struct dsv4_chat_msg ta[] = { { .role = "user", .content = "q" },
+                                  { .role = "assistant", .tool_calls = &tc, .n_tool_calls = 1 } };
+    assert_int_equal(dsv4_chat_render(ta, 2, &o, &text, &len, &err), -EINVAL);
+}
+
+/* The official encoder's tool rules (render_tools, encode_arguments_to_dsml, merge_tool_messages,
+ * sort_tool_results_by_call_order; tools keep the reasoning), expected texts derived by hand. */
+#define DS "｜DSML｜"
+#define TOOLS_HEAD                                                                              \
+    "\n\n## Tools\n\nYou have access to a set of tools to help answer the user's question. You " \
+    "can invoke tools by writing a \"<" DS "tool_calls>\" block like the following:\n\n<" DS      \
+    "tool_calls>\n<" DS "invoke name=\"$TOOL_NAME\">\n<" DS "parameter name=\"$PARAMETER_NAME\" " \
+    "string=\"true|false\">$PARAMETER_VALUE</" DS "parameter>\n...\n</" DS "invoke>\n<" DS         \
+    "invoke name=\"$TOOL_NAME2\">\n...\n</" DS "invoke>\n</" DS "tool_calls>\n\nString "          \
+    "parameters should be specified as is and set `string=\"true\"`. For all other types "        \
+    "(numbers, booleans, arrays, objects), pass the value in JSON format and set "                 \
+    "`string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by <think>), you MUST output "  \
+    "your complete reasoning inside <think>...</think> BEFORE any tool calls or final "             \
+    "response.\n\nOtherwise, output directly after </think> with tool calls or final "            \
+    "response.\n\n### Available Tool Schemas\n\n"
+#define TOOLS_TAIL                                                                              \
+    "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke "  \
+    "tool calls.\n"
+
+static void render_is(const struct dsv4_chat_msg *m, size_t n, struct dsv4_chat_opts o,
+                      const char *want)
+{
+    char *text;
+    size_t len;
+    struct dsv4_err err;
+    assert_int_equal(dsv4_chat_render(m, n, &o, &text, &len, &err), 0);
+    if (strcmp(text, want) != 0)
+        fprintf(stderr, "# got  %s\n# want %s\n", text, want);
+    assert_string_equal(text, want);
+    free(text);
+}
+
+static void test_tools(void **state)
+{
+    (void)state;
+    static const char tools[] =
+        "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":"
+        "\"Weather of a \\\"city\\\"\\n\",\"parameters\":{\"type\":\"object\",\"properties\":"
+        "{\"city\":{\"type\":\"string\"},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+        "\"maximum\":7.5}},\"required\":[\"city\"],\"additionalProperties\":false}}},"
+        "{\"type\":\"function\",\"function\":{\"name\":\"now\",\"parameters\":{}}}]";
+    static const char schemas[] =
+        "{\"name\": \"get_weather\", \"description\": \"Weather of a \\\"city\\\"\\n\", "
+        "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, "
+        "\"days\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 7.5}}, \"required\": "
+        "[\"city\"], \"additionalProperties\": false}}\n{\"name\": \"now\", \"parameters\": {}}";
+    struct dsv4_chat_tool_call calls[] = {
+        { "c1", "get_weather", "{\"city\": \"Paris\", \"days\": 2, \"opts\": {\"u\": [1, true]}}" },
+        { "c2", "now", "{}" },
+    };
+    const struct dsv4_chat_msg conv[] = {
+        { .role = "system", .content = "S", .tools = tools },
+        { .role = "user", .content = "Weather in Paris?" },
+        { .role = "assistant", .content = "", .reasoning = "need data", .tool_calls = calls,
+          .n_tool_calls = 2 },
+        { .role = "tool", .content = "12:00", .tool_call_id = "c2" },   /* out of call order */
+        { .role = "tool", .content = "18C", .tool_call_id = "c1" },
+        { .role = "user", .content = "thanks" },
+    };
+    const char *dsml = "\n\n<" DS "tool_calls>\n<" DS "invoke name=\"get_weather\">\n<" DS
+                       "parameter name=\"city\" string=\"true\">Paris</" DS "parameter>\n<" DS
+                       "parameter name=\"days\" string=\"false\">2</" DS "parameter>\n<" DS
+                       "parameter name=\"opts\" string=\"false\">{\"u\": [1, true]}</" DS
+                       "parameter>\n</" DS "invoke>\n<" DS "invoke name=\"now\">\n\n</" DS
+                       "invoke>\n</" DS "tool_calls>";
+    char want[8192];
+    snprintf(want, sizeof(want),
+             B "S" TOOLS_HEAD "%s" TOOLS_TAIL U "Weather in Paris?" A ET "%s" E U
+               "<tool_result>18C</tool_result>\n\n<tool_result>12:00</tool_result>\n\nthanks" A ET,
+             schemas, dsml);
+    render_is(conv, DSV4_ARRAY_SIZE(conv), (struct dsv4_chat_opts){ 0 }, want);
+    /* thinking: tools keep every turn's reasoning, every user turn opens <think> */
+    snprintf(want, sizeof(want),
+             B "S" TOOLS_HEAD "%s" TOOLS_TAIL U "Weather in Paris?" A T "need data" ET "%s" E U
+               "<tool_result>18C</tool_result>\n\n<tool_result>12:00</tool_result>\n\nthanks" A T,
+             schemas, dsml);
+    render_is(conv, DSV4_ARRAY_SIZE(conv), (struct dsv4_chat_opts){ .thinking = true }, want);
+    /* developer tools; arguments that are not JSON: one "arguments" parameter */
+    struct dsv4_chat_tool_call raw = { NULL, "now", "not json" };
+    const struct dsv4_chat_msg dev[] = {
+        { .role = "developer", .content = "D", .tools = tools },
+        { .role = "assistant", .content = "ok", .tool_calls = &raw, .n_tool_calls = 1 },
+    };
+    snprintf(want, sizeof(want),
+             B U "D" TOOLS_HEAD "%s" TOOLS_TAIL A ET "ok\n\n<" DS "tool_calls>\n<" DS
+               "invoke name=\"now\">\n<" DS "parameter name=\"arguments\" string=\"true\">not json</"
+               DS "parameter>\n</" DS "invoke>\n</" DS "tool_calls>" E, schemas);
+    render_is(dev, 2, (struct dsv4_chat_opts){ 0 }, want);
+    /* an empty tools list is none: the reasoning is dropped as usual */
+    const struct dsv4_chat_msg none[] = {
+        { .role = "system", .content = "S", .tools = "[]" },
+        { .role = "user", .content = "a" },
+        { .role = "assistant", .content = "b", .reasoning = "r" },
+        { .role = "user", .content = "c" },
+    };
+    render_is(none, 4, (struct dsv4_chat_opts){ .thinking = true },
+              B "S" U "a" A ET "b" E U "c" A T);
 }
 
 static void test_encode_tiny(void **state)
@@ -140,7 +246,7 @@ static void test_encode_tiny(void **state)
     dsv4_tokenizer *t;
     struct dsv4_err err;
     assert_int_equal(dsv4_tokenizer_open_dir(tiny_dir, &t, &err), 0);
-    struct dsv4_chat_msg m[] = { { "user", "Hello", NULL } };
+    struct dsv4_chat_msg m[] = { { .role = "user", .content = "Hello" } };
     struct dsv4_chat_opts o = { .thinking = true };
     struct dsv4_ids ids = { 0 };
     assert_int_equal(dsv4_chat_encode(t, m, 1, &o, &ids, &err), 0);
@@ -200,6 +306,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_multi_turn),
         cmocka_unit_test(test_merge_and_drop),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_tools),
         cmocka_unit_test(test_encode_tiny),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

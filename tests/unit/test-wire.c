@@ -118,6 +118,8 @@ static void test_ranges(void **state)
         { "stop without NUL", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 2, 0 }, "ab", 2, 0 },
         { "empty stop", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 2, 0 }, "\0a", 2, 0 },
         { "unknown flag", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, 8 }, "", 0, 0 },
+        { "21 top logprobs", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, DSV4_GEN_LOGPROBS | 21u << 8 }, "", 0, 0 },
+        { "top without logprobs", { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, 2u << 8 }, "", 0, 0 },
     };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(bad); i++) {
         int32_t t[4] = { bad[i].t0, 1, 2, 3 };
@@ -146,6 +148,40 @@ static void test_ranges(void **state)
         }
         dsv4_wire_buf_free(&pb);
     }
+    /* GENERATE with logprobs; TOKEN_LOGPROBS: logprobs <= 0 and finite, n_top <= 20 */
+    struct dsv4_msg_generate lg = { 1, 0, 0, 1.0f, 0, 8, 3, 1, 0, DSV4_GEN_LOGPROBS | 20u << 8 };
+    int32_t lt[4] = { 0, 1, 2, 3 };
+    struct dsv4_wire_buf gb = { 0 };
+    build_generate(&gb, lg, lt, "", 0);
+    assert_int_equal(decode(&gb, &m, &errc), 0);
+    dsv4_wire_buf_free(&gb);
+    struct { struct dsv4_msg_token_logprobs h; struct dsv4_wire_topk top[2]; bool ok; } lps[] = {
+        { { 9, 3, 5, -0.25f, 2 }, { { 5, -0.25f }, { 7, -2.0f } }, true },
+        { { 9, 3, 5, 0.5f, 2 }, { { 5, -0.25f }, { 7, -2.0f } }, false },
+        { { 9, 3, 5, -0.25f, 2 }, { { 5, -0.25f }, { -7, -2.0f } }, false },
+        { { 9, 3, 5, -0.25f, 2 }, { { 5, -0.25f }, { 7, NAN } }, false },
+        { { 9, 3, -1, -0.25f, 0 }, { { 0, 0 }, { 0, 0 } }, false },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(lps); i++) {
+        struct dsv4_wire_buf lb = { 0 };
+        dsv4_wire_begin(&lb, DSV4_MSG_TOKEN_LOGPROBS);
+        dsv4_wire_put(&lb, &lps[i].h, sizeof(lps[i].h));
+        dsv4_wire_put(&lb, lps[i].top, lps[i].h.n_top * sizeof(lps[i].top[0]));
+        dsv4_wire_finish(&lb);
+        if ((decode(&lb, &m, &errc) == 0) != lps[i].ok)
+            fail_msg("TOKEN_LOGPROBS case %zu", i);
+        dsv4_wire_buf_free(&lb);
+    }
+    struct dsv4_msg_token_logprobs many = { 9, 3, 5, -0.25f, 21 };
+    struct dsv4_wire_topk ztop[21] = { { 0, 0 } };
+    struct dsv4_wire_buf mb = { 0 };
+    dsv4_wire_begin(&mb, DSV4_MSG_TOKEN_LOGPROBS);
+    dsv4_wire_put(&mb, &many, sizeof(many));
+    dsv4_wire_put(&mb, ztop, sizeof(ztop));
+    dsv4_wire_finish(&mb);
+    assert_int_not_equal(decode(&mb, &m, &errc), 0);
+    dsv4_wire_buf_free(&mb);
+
     /* FORWARD: rows must be consecutive positions; taps not served yet */
     struct dsv4_msg_forward f = { 1, 2, 2, 0, 0, 0 };
     struct dsv4_wire_fwd_in rows[2] = { { 5, -1, 10 }, { 6, -1, 11 } };

@@ -15,6 +15,10 @@
  * --watchdog-s (default 30) and --stall-s (default 600; 0 turns either off)
  * bound how long a daemon may go without a heartbeat, or compute without
  * progress while it has work, before the supervisor kills and restarts it.
+ * dsv4-api serves the OpenAI/Anthropic HTTP API (docs/api.md) on --api-addr
+ * (default 127.0.0.1:8080; port 0 picks one; the address bound is in
+ * RUN_DIR/api-addr); --no-api runs the set without it. A non-loopback
+ * address needs --api-key-file (the bearer key, one line).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +31,7 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
+#include "api_listen.h"
 #include "err.h"
 #include "metrics.h"
 #include "parse.h"
@@ -80,13 +85,17 @@ int dsv4ctl_start(int argc, char **argv)
         { "watchdog-s", required_argument, NULL, 'w' },
         { "stall-s", required_argument, NULL, 'S' },
         { "dspark", no_argument, NULL, 'D' },
+        { "api-addr", required_argument, NULL, 'A' },
+        { "no-api", no_argument, NULL, 'a' },
+        { "api-key-file", required_argument, NULL, 'K' },
         { "no-dspark", no_argument, NULL, 'E' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     const char *me = "dsv4ctl start", *model = NULL, *run_dir = NULL;
     const char *metrics_addr = DSV4_METRICS_DEFAULT_ADDR, *watchdog = "30", *stall = "600";
-    bool metrics_explicit = false, fg = false, dspark = false;
+    const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL;
+    bool metrics_explicit = false, api_explicit = false, fg = false, dspark = false;
     int threads = dsv4ctl_default_threads(), sessions = 0, r = 0, c;
     double memory_gb = 0, tmp;
     int64_t max_ctx = 0;
@@ -120,12 +129,19 @@ int dsv4ctl_start(int argc, char **argv)
             r = dsv4_parse_double_opt(me, "stall-s", optarg, 0, 1e7, &tmp);
             stall = optarg;
             break;
+        case 'A':
+            api_addr = optarg;
+            api_explicit = true;
+            break;
+        case 'a': api_addr = NULL; break;
+        case 'K': api_key_file = optarg; break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
                    "[--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
-                   "       [--dspark|--no-dspark]\n"
+                   "       [--dspark|--no-dspark] [--api-addr HOST:PORT (default "
+                   DSV4_API_DEFAULT_ADDR ") | --no-api] [--api-key-file FILE]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
                    "               see `dsv4ctl plan`\n");
             return DSV4_EXIT_OK;
@@ -137,6 +153,15 @@ int dsv4ctl_start(int argc, char **argv)
     if (!model || optind != argc) {
         fprintf(stderr, "%s: --model DIR is required\n", me);
         return DSV4_EXIT_USAGE;
+    }
+    if (api_addr && !api_key_file && !dsv4_api_addr_is_loopback(api_addr)) {
+        fprintf(stderr, "%s: --api-addr %s is not a loopback address: give --api-key-file\n",
+                me, api_addr);
+        return DSV4_EXIT_USAGE;
+    }
+    if (api_key_file && access(api_key_file, R_OK) != 0) {
+        fprintf(stderr, "%s: --api-key-file %s: not readable\n", me, api_key_file);
+        return DSV4_EXIT_NOINPUT;
     }
     if (access(model, R_OK) != 0) {
         fprintf(stderr, "%s: model %s: not readable\n", me, model);
@@ -176,6 +201,18 @@ int dsv4ctl_start(int argc, char **argv)
             add(&a, "--metrics-required");
     } else {
         add(&a, "--no-metrics");
+    }
+    if (api_addr) {
+        add(&a, "--api-addr");
+        add(&a, api_addr);
+        if (api_explicit)
+            add(&a, "--api-required");
+        if (api_key_file) {
+            add(&a, "--api-key-file");
+            add(&a, api_key_file);
+        }
+    } else {
+        add(&a, "--no-api");
     }
     add(&a, "--watchdog-s");
     add(&a, watchdog);

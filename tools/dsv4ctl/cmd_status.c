@@ -96,26 +96,30 @@ int dsv4ctl_status(int argc, char **argv)
             return DSV4_EXIT_USAGE;
     }
     print = !json;
-    char dir[DSV4_PATH_MAX], model[DSV4_PATH_MAX], maddr[128];
+    char dir[DSV4_PATH_MAX], model[DSV4_PATH_MAX], maddr[128], aaddr[128];
     dsv4_rundir_resolve(arg, dir);
     struct dsv4_view v;
     dsv4_view_open(&v, dir);
     read_line(dir, "model", model, sizeof(model));
     read_line(dir, "metrics-addr", maddr, sizeof(maddr));
+    read_line(dir, "api-addr", aaddr, sizeof(aaddr));
     if (v.supervisor_pid == 0)
-        maddr[0] = '\0';
+        maddr[0] = aaddr[0] = '\0';
     cJSON *root = cJSON_CreateObject(), *ds = cJSON_AddArrayToObject(root, "daemons");
     cJSON_AddStringToObject(root, "run_dir", dir);
     cJSON_AddNumberToObject(root, "supervisor_pid", v.supervisor_pid > 0 ? v.supervisor_pid : 0);
     cJSON_AddStringToObject(root, "model", model);
     cJSON_AddStringToObject(root, "metrics_addr", maddr);
+    cJSON_AddStringToObject(root, "api_addr", aaddr);
     bool all_ready = v.supervisor_pid != 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_ms = (uint64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     if (print)
-        printf("run dir %s, supervisor %d, model %s, metrics %s\n%-10s %8s %-8s %9s %8s %10s\n",
-               dir, v.supervisor_pid, model[0] ? model : "-", maddr[0] ? maddr : "off", "daemon",
+        printf("run dir %s, supervisor %d, model %s, metrics %s, api %s\n"
+               "%-10s %8s %-8s %9s %8s %10s\n",
+               dir, v.supervisor_pid, model[0] ? model : "-", maddr[0] ? maddr : "off",
+               aaddr[0] ? aaddr : "off", "daemon",
                "pid", "state", "uptime_s", "restarts", "rss_kib");
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         const struct dsv4_stats_shm *s = v.page[r];
