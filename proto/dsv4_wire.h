@@ -56,6 +56,7 @@ enum dsv4_wire_errc {
     DSV4_WE_INVALID = 6,    /* well-formed but unacceptable (token outside vocab, ...) */
     DSV4_WE_INTERNAL = 7,
     DSV4_WE_UNAVAILABLE = 8,
+    DSV4_WE_TOO_LARGE = 9,  /* can never be served (context, memory plan): do not retry */
 };
 
 /* ---- supervisor <-> every daemon ------------------------------------------------------ */

@@ -221,6 +221,9 @@ static int fail_from(struct gen *g, const struct dsv4_msg *m, struct api_error *
     case DSV4_WE_RANGE:
         api_err(e, 400, "invalid_request_error", NULL, NULL, "%.*s", n, t);
         break;
+    case DSV4_WE_TOO_LARGE:
+        api_err(e, 400, "invalid_request_error", NULL, "context_length_exceeded", "%.*s", n, t);
+        break;
     default:
         api_err(e, 503, "server_error", NULL, "unavailable", "scheduler: %.*s", n, t);
         e->retry_after = 1;

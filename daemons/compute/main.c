@@ -189,6 +189,14 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
         uint64_t st, sc;
         dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, 0, 0, c->threads, &st,
                                 &sc);
+        if (st + sc > c->session_budget) {     /* even alone it never fits: not "busy" */
+            char t[200];
+            snprintf(t, sizeof(t), "too large: a %lld-position session needs %.1f MiB, the "
+                     "plan allows %.1f MiB for all sessions", (long long)m->max_ctx,
+                     (st + sc) / 1048576.0, c->session_budget / 1048576.0);
+            reply_error(c, m->seq, DSV4_WE_TOO_LARGE, t);
+            return;
+        }
         if (c->session_bytes + st + sc > c->session_budget) {
             char t[200];
             snprintf(t, sizeof(t),
@@ -353,7 +361,13 @@ static void handle(struct compute *c)
     int errc;
     if (dsv4_wire_decode(c->in.buf, c->in.len, &m, &errc, &err)) {
         dsv4_daemon_bad_message(&c->d, "scheduler socket", err.msg);
-        reply_error(c, 0, errc, err.msg);
+        /* every command to compute starts with its seq: answer that command, so the request
+         * it belongs to ends with this error instead of waiting for ever */
+        uint64_t seq = 0;
+        if (c->in.len >= sizeof(struct dsv4_msg_hdr) + sizeof(seq))
+            memcpy(&seq, (const unsigned char *)c->in.buf + sizeof(struct dsv4_msg_hdr),
+                   sizeof(seq));
+        reply_error(c, seq, errc, err.msg);
         return;
     }
     switch (m.type) {

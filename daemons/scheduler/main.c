@@ -81,6 +81,7 @@ struct sched {
     void *clients, *compute;
     dsv4_tokenizer *tok;
     int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
+    int64_t max_ctx;            /* positions a request may need (the plan's sessions) */
     struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */
     uint32_t prefill_rows;
     struct req *prefilling;     /* the request the prefill gauges describe */
@@ -242,6 +243,25 @@ static void admit(struct sched *s, const struct dsv4_msg *m)
     if (!r) {
         atomic_fetch_add(&s->d.stats->req_busy, 1);
         client_error(s, s->in.rid, s->in.rid_len, id, DSV4_WE_BUSY, "busy: request queue full");
+        return;
+    }
+    /* a request that can never fit is refused as such (never "busy", never queued) */
+    uint64_t need = m->type == DSV4_MSG_GENERATE
+                        ? (uint64_t)((const struct dsv4_msg_generate *)m->body)->n_prompt +
+                              (uint64_t)((const struct dsv4_msg_generate *)m->body)->max_tokens
+                        : ((const struct dsv4_msg_score *)m->body)->n_tokens;
+    if (need > (uint64_t)s->max_ctx) {
+        char t[200];
+        if (m->type == DSV4_MSG_GENERATE)
+            snprintf(t, sizeof(t), "too large: prompt %u + max_tokens %d = %llu positions, the "
+                     "context is %lld", ((const struct dsv4_msg_generate *)m->body)->n_prompt,
+                     ((const struct dsv4_msg_generate *)m->body)->max_tokens,
+                     (unsigned long long)need, (long long)s->max_ctx);
+        else
+            snprintf(t, sizeof(t), "too large: %llu tokens to score, the context is %lld",
+                     (unsigned long long)need, (long long)s->max_ctx);
+        atomic_fetch_add(&s->d.stats->req_error, 1);
+        client_error(s, s->in.rid, s->in.rid_len, id, DSV4_WE_TOO_LARGE, t);
         return;
     }
     memset(r, 0, sizeof(*r));
@@ -602,13 +622,14 @@ static void on_peer(void *ctx, int role)
 struct args {
     const char *model, *run_dir;
     int max_active, queue;
+    int64_t max_ctx;            /* 0: the default, capped by the model */
     bool dspark;
 };
 
 static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] [--max-active N] "
-                    "[--queue N] [--dspark]\n");
+                    "[--queue N] [--max-ctx N] [--dspark]\n");
 }
 
 static int parse_argv(int argc, char **argv, struct args *a)
@@ -619,6 +640,7 @@ static int parse_argv(int argc, char **argv, struct args *a)
         { "max-active", required_argument, NULL, 'a' },
         { "queue", required_argument, NULL, 'q' },
         { "dspark", no_argument, NULL, 'D' },
+        { "max-ctx", required_argument, NULL, 'c' },
         { 0 },
     };
     const char *me = "dsv4-scheduler";
@@ -632,6 +654,11 @@ static int parse_argv(int argc, char **argv, struct args *a)
             break;
         case 'q': r = dsv4_parse_int_opt(me, "queue", optarg, 0, 1 << 16, &a->queue); break;
         case 'D': a->dspark = true; break;
+        case 'c':
+            if ((r = dsv4_parse_i64(optarg, 1, 2 * (int64_t)DSV4_WIRE_MAX_TOKENS, &a->max_ctx)) < 0)
+                fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [1, %d]\n", me, optarg,
+                        2 * DSV4_WIRE_MAX_TOKENS);
+            break;
         default: usage(); return -EINVAL;
         }
     }
@@ -704,6 +731,9 @@ static int run(const struct args *a)
         goto out;
     }
     s.eos = cfg.eos_token_id;
+    s.max_ctx = a->max_ctx ? a->max_ctx : DSV4_DEFAULT_MAX_CTX;
+    if (cfg.max_position_embeddings > 0)
+        s.max_ctx = DSV4_MIN(s.max_ctx, cfg.max_position_embeddings);
     s.dspark_block = a->dspark ? cfg.dspark_block_size : 0;
     s.dspark_opts.fixed_verify = env_int("DSV4_TEST_DSPARK_VERIFY", 0, DSV4_WIRE_MAX_DRAFT, 0);
     if (dsv4_tokenizer_open_dir(a->model, &s.tok, &err) < 0)

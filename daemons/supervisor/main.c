@@ -27,7 +27,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: dsv4-supervisor --model DIR [--run-dir DIR] [--threads N] [--memory-gb N]\n"
             "       [--budget-bytes N] [--cache-bytes N] [--session-bytes N]\n"
-            "       [--drafter-cache-bytes N] [--sessions N]\n"
+            "       [--drafter-cache-bytes N] [--sessions N] [--max-ctx N]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
             "       [--watchdog-s N] [--stall-s N] [--dspark] [--foreground] [--ready-fd FD]\n"
             "       [--api-addr HOST:PORT [--api-required] | --no-api] [--api-key-file FILE]\n"
@@ -46,6 +46,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "session-bytes", required_argument, NULL, 'S' },
         { "drafter-cache-bytes", required_argument, NULL, 'D' },
         { "sessions", required_argument, NULL, 's' },
+        { "max-ctx", required_argument, NULL, 'c' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "metrics-required", no_argument, NULL, 'R' },
         { "no-metrics", no_argument, NULL, 'N' },
@@ -83,6 +84,11 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         case 'D': r = dsv4_parse_u64_opt(me, "drafter-cache-bytes", optarg, 0, UINT64_MAX / 2,
                                          &o->drafter_cache_bytes); break;
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &o->sessions); break;
+        case 'c':
+            if ((r = dsv4_parse_i64(optarg, 0, INT32_MAX, &o->max_ctx)) < 0)
+                fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me, optarg,
+                        INT32_MAX);
+            break;
         case 'M': o->metrics_addr = optarg; break;
         case 'R': o->metrics_explicit = true; break;
         case 'N': o->metrics_addr = NULL; break;

@@ -88,6 +88,8 @@ static int spawn(struct sv *s, struct child *c)
     snprintf(dcache, sizeof(dcache), "%llu", (unsigned long long)s->o->drafter_cache_bytes);
     snprintf(sess, sizeof(sess), "%llu", (unsigned long long)s->o->session_bytes);
     snprintf(active, sizeof(active), "%d", s->o->sessions);
+    char ctx[24];
+    snprintf(ctx, sizeof(ctx), "%lld", (long long)s->o->max_ctx);
     atomic_store(&c->stats->state, DSV4_STATE_STARTING);
     pid_t pid = fork();
     if (pid < 0)
@@ -120,6 +122,10 @@ static int spawn(struct sv *s, struct child *c)
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->sessions > 0) {    /* the plan's sessions */
             *a++ = "--max-active";
             *a++ = active;
+        }
+        if (c->role == DSV4_ROLE_SCHEDULER && s->o->max_ctx > 0) {     /* ... and their size */
+            *a++ = "--max-ctx";
+            *a++ = ctx;
         }
         if (c->role == DSV4_ROLE_COMPUTE) {
             *a++ = "--threads";

@@ -471,6 +471,25 @@ def watchdog():
         finally:
             stop_and_check(st)
         print(f"# SIGSTOP {role}, {cause}: killed, restarted, ids identical")
+    # The fetcher too (it heartbeats like the others): a stopped fetcher is not "ready" for
+    # ever; it is killed and restarted, re-attaches to its segment, and generation goes on.
+    st = start("--watchdog-s", "3")
+    try:
+        victim = daemon(st, "fetcher")["pid"]
+        os.kill(victim, signal.SIGSTOP)
+        g = gen()
+        out, err = g.communicate(timeout=60)
+        assert g.returncode == 0 and out == ref, (g.returncode, err, out)
+        st = wait_for("the stopped fetcher killed and restarted",
+                      lambda s: daemon(s, "fetcher")["restarts"] == 1 and
+                      daemon(s, "fetcher")["state"] == "ready")
+        d = daemon(st, "fetcher")
+        assert d["watchdog_kills"] == 1 and d["pid"] != victim and d["state"] == "ready", st
+        log = open(os.path.join(run_dir, "supervisor.log")).read()
+        assert f"fetcher[{victim}] hung: no heartbeat for 3 s" in log, log
+    finally:
+        stop_and_check(st)
+    print("# SIGSTOP fetcher: killed by the heartbeat watchdog, restarted, ids identical")
 
 
 def client_gone():

@@ -46,7 +46,8 @@ static int exit_for(int code)
 {
     switch (code) {
     case DSV4_WE_BUSY: return 75;
-    case DSV4_WE_INVALID: case DSV4_WE_RANGE: case DSV4_WE_PROTO: return DSV4_EXIT_DATAERR;
+    case DSV4_WE_INVALID: case DSV4_WE_RANGE: case DSV4_WE_PROTO: case DSV4_WE_TOO_LARGE:
+        return DSV4_EXIT_DATAERR;
     case DSV4_WE_ABI: return 76;
     default: return DSV4_EXIT_UNAVAILABLE;
     }
@@ -58,6 +59,7 @@ static const char *errname(int code)
     case DSV4_WE_BUSY: return "busy";
     case DSV4_WE_INVALID: return "invalid request";
     case DSV4_WE_RANGE: return "out of range";
+    case DSV4_WE_TOO_LARGE: return "too large (will never fit: do not retry)";
     case DSV4_WE_PROTO: return "protocol error";
     case DSV4_WE_ABI: return "ABI mismatch";
     default: return "unavailable";

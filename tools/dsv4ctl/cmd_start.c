@@ -194,6 +194,7 @@ int dsv4ctl_start(int argc, char **argv)
     add_num(&a, "--session-bytes", "%llu", (unsigned long long)plan.sessions_total);
     add_num(&a, "--drafter-cache-bytes", "%llu", (unsigned long long)plan.drafter_cache);
     add_num(&a, "--sessions", "%d", plan.o.sessions);
+    add_num(&a, "--max-ctx", "%lld", (long long)plan.o.max_ctx);
     if (metrics_addr) {
         add(&a, "--metrics-addr");
         add(&a, metrics_addr);
