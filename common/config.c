@@ -14,6 +14,8 @@
  * so the engine and the inventory can trust the struct without re-checking.
  */
 #include "config.h"
+#include "file.h"
+#include "json_limits.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -625,6 +627,11 @@ static cJSON *parse_json(const char *json, size_t len, const char *file, int *r,
         *r = dsv4_errf(err, -EFBIG, "%s: larger than %u bytes", file, CONFIG_MAX_BYTES);
         return NULL;
     }
+    /* a config is a few KiB of scalars and per-layer lists */
+    struct dsv4_json_limits lim = { .max_nodes = 1u << 20, .max_depth = 8, .max_array = 1u << 16,
+                                    .max_members = 4096, .max_string = 1u << 16 };
+    if ((*r = dsv4_json_prescan(json, len, &lim, file, err)) < 0)
+        return NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
@@ -662,44 +669,7 @@ int dsv4_config_parse(const char *json, size_t len, const char *file_name,
  * caller can treat a missing optional file as absent. */
 static int slurp(const char *path, char **ret, size_t *len, struct dsv4_err *err)
 {
-    *ret = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsv4_errf(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    int r = 0;
-    if (fstat(fd, &st) < 0) {
-        r = dsv4_errf(err, -errno, "%s: cannot stat: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        r = dsv4_errf(err, -EINVAL, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > CONFIG_MAX_BYTES) {
-        r = dsv4_errf(err, -EFBIG, "%s: larger than %u bytes", path, CONFIG_MAX_BYTES);
-        goto out;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *buf = dsv4_xmalloc(n + 1);
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0) {
-            r = dsv4_errf(err, k < 0 ? -errno : -EIO, "%s: read failed: %s", path,
-                          k < 0 ? strerror(errno) : "short file");
-            free(buf);
-            goto out;
-        }
-        got += (size_t)k;
-    }
-    buf[n] = '\0';
-    *ret = buf;
-    *len = n;
-out:
-    close(fd);
-    return r;
+    return dsv4_read_file(path, CONFIG_MAX_BYTES, ret, len, err);
 }
 
 int dsv4_config_load(const char *model_dir, struct dsv4_config *ret, struct dsv4_err *err)

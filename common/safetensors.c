@@ -13,6 +13,7 @@
  * exposing exactly what must stay unexposed (unvalidated headers).
  */
 #include "safetensors.h"
+#include "json_limits.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -28,7 +29,8 @@
 #include "strmap.h"
 #include "util.h"
 
-#define MAX_HEADER_LEN (512ull << 20)
+/* The format itself caps the header at 100 MB; real shards have well under 1 MB. */
+#define MAX_HEADER_LEN (100ull << 20)
 #define MAX_INDEX_LEN (512ull << 20)
 #define INDEX_NAME "model.safetensors.index.json"
 /* Largest JSON number accepted: every integer below it is exact in a double. */
@@ -106,14 +108,15 @@ static int check_header_len(uint64_t header_len, uint64_t file_size, const char 
     struct qname qf;
     if (header_len == 0)
         return dsv4_errf(err, -EBADMSG, "file '%s': header length is zero", q(&qf, file));
+    /* The value itself is not printed: it is the file's first 8 bytes, and the file may be
+     * anything a symlink in a model directory points at. */
     if (header_len > MAX_HEADER_LEN)
-        return dsv4_errf(err, -EBADMSG, "file '%s': header length %llu exceeds the %llu-byte limit",
-                         q(&qf, file), (unsigned long long)header_len, MAX_HEADER_LEN);
+        return dsv4_errf(err, -EBADMSG, "file '%s': header length field exceeds the %llu-byte "
+                         "limit (not a safetensors file?)", q(&qf, file), MAX_HEADER_LEN);
     if (file_size < 8 || header_len > file_size - 8)
         return dsv4_errf(err, -EBADMSG,
-                         "file '%s': header length %llu runs past the end of the %llu-byte file",
-                         q(&qf, file), (unsigned long long)header_len,
-                         (unsigned long long)file_size);
+                         "file '%s': header length field runs past the end of the %llu-byte file "
+                         "(not a safetensors file?)", q(&qf, file), (unsigned long long)file_size);
     return 0;
 }
 
@@ -387,6 +390,19 @@ int dsv4_safetensors_parse_header(const char *json, size_t header_len, uint64_t 
     if (bad != SIZE_MAX)
         return dsv4_errf(err, -EBADMSG, "file '%s': header byte %zu: %s", q(&qf, file_name), bad,
                          why);
+    /* Bound what the tree may cost before building it: a header is an object of tensors
+     * (objects of a dtype, a shape of at most 8 and two offsets) and string metadata. A
+     * legitimate header spends well over 6 bytes of text per value (a tensor entry with a
+     * one-letter name: 53 bytes, 8 values); a hostile one of "[1,1,…]" spends 2 and would make
+     * the parser allocate ~40× its size. What passes costs at most ~15× (cJSON's 64-byte node
+     * and key per 6 bytes), within the format's 100 MB header. */
+    struct dsv4_json_limits lim = { .max_nodes = header_len / 6 + 256, .max_depth = 4,
+                                    .max_array = 16, .max_members = header_len / 6 + 256,
+                                    .max_string = 1u << 20 };
+    char what[600];
+    snprintf(what, sizeof(what), "file '%s': header", q(&qf, file_name));
+    if ((r = dsv4_json_prescan(json, header_len, &lim, what, err)) < 0)
+        return -EBADMSG;
     cJSON *root = parse_json(json, header_len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "file '%s': header is not valid JSON", q(&qf, file_name));
@@ -688,6 +704,13 @@ static int parse_index(const char *text, size_t len, const char *path, struct in
     size_t bad = check_text(text, len, &why);
     if (bad != SIZE_MAX)
         return dsv4_errf(err, -EBADMSG, "index '%s': byte %zu: %s", q(&qf, path), bad, why);
+    /* an object of a metadata object and a weight_map of name → file strings */
+    struct dsv4_json_limits lim = { .max_nodes = len / 4 + 64, .max_depth = 3, .max_array = 16,
+                                    .max_members = len / 4 + 64, .max_string = 1u << 20 };
+    char what[600];
+    snprintf(what, sizeof(what), "index '%s'", q(&qf, path));
+    if ((r = dsv4_json_prescan(text, len, &lim, what, err)) < 0)
+        return -EBADMSG;
     cJSON *root = parse_json(text, len);
     if (!root)
         return dsv4_errf(err, -EBADMSG, "index '%s': not valid JSON", q(&qf, path));

@@ -28,6 +28,8 @@
  * excludes CR, LF, U+2028/9.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "file.h"
+#include "json_limits.h"
 #include "tokenizer.h"
 
 #include <cjson/cJSON.h>
@@ -794,6 +796,11 @@ static int load_config(dsv4_tokenizer *t, const char *config, size_t config_len,
                        struct dsv4_err *err)
 {
     cJSON *cfg = NULL;
+    struct dsv4_json_limits lim = { .max_nodes = 1u << 20, .max_depth = 16,
+                                    .max_array = 1u << 20, .max_members = 1u << 20,
+                                    .max_string = 1u << 20 };
+    if (config && dsv4_json_prescan(config, config_len, &lim, "tokenizer_config.json", err) < 0)
+        return -EINVAL;
     if (config) {
         cfg = cJSON_ParseWithLength(config, config_len);
         if (!cJSON_IsObject(cfg)) {
@@ -820,6 +827,13 @@ int dsv4_tokenizer_parse(const char *json, size_t len, const char *config, size_
 {
     init_byte_level();
     *out = NULL;
+    /* vocabularies of ~10^5–10^6 entries and as many merges; bounded per byte of text */
+    struct dsv4_json_limits lim = { .max_nodes = len / 2 + 1024, .max_depth = 16,
+                                    .max_array = 1u << 24, .max_members = 1u << 24,
+                                    .max_string = 1u << 20 };
+    int prc = dsv4_json_prescan(json, len, &lim, name, err);
+    if (prc < 0)
+        return -EINVAL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root)
         return dsv4_errf(err, -EINVAL, "%s: not valid JSON", name);
@@ -866,33 +880,12 @@ out:
     return rc;
 }
 
+/* tokenizer.json of real models is 5–10 MB; 256 MiB bounds what a hostile file may cost. */
+#define TOKENIZER_MAX_BYTES ((size_t)256 << 20)
+
 static int read_file(const char *path, char **buf, size_t *len, struct dsv4_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsv4_errf(err, -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return dsv4_errf(err, -EINVAL, "%s: not a regular file", path);
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    char *p = dsv4_xmalloc(n + 1);
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r <= 0) {
-            int e = r < 0 ? errno : EIO;
-            close(fd);
-            free(p);
-            return dsv4_errf(err, -e, "%s: read failed: %s", path, strerror(e));
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    p[n] = '\0';
-    *buf = p;
-    *len = n;
-    return 0;
+    return dsv4_read_file(path, TOKENIZER_MAX_BYTES, buf, len, err);
 }
 
 int dsv4_tokenizer_open_dir(const char *dir, dsv4_tokenizer **out, struct dsv4_err *err)

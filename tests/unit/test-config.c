@@ -22,6 +22,9 @@
 
 #include "config.h"
 #include "inventory.h"
+#include "tokenizer.h"
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define CFG_DIR FIXTURES_DIR "/configs"
 
@@ -496,6 +499,43 @@ static void test_inventory(void **state)
     free(c);
 }
 
+/* A model directory's small files never hang the open and never exceed their cap: a FIFO
+ * named config.json or tokenizer.json is refused at once (it used to block `inspect` and
+ * `tokenize` for ever), and so is a config.json that is too large or too deeply nested. */
+static void test_model_dir_files(void **state)
+{
+    (void)state;
+    char dir[64] = "/tmp/dsv4-cfgdir-XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    struct dsv4_config c;
+    struct dsv4_err err = { "" };
+    assert_int_equal(dsv4_config_load(dir, &c, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    unlink(path);
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    dsv4_tokenizer *t = NULL;
+    assert_int_equal(dsv4_tokenizer_open_dir(dir, &t, &err), -EINVAL);
+    assert_non_null(strstr(err.msg, "not a regular file"));
+    unlink(path);
+    /* nesting a config never has: refused before a tree is built */
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 100000; i++)
+        fputc('[', f);
+    fclose(f);
+    assert_true(dsv4_config_load(dir, &c, &err) < 0);
+    assert_non_null(strstr(err.msg, "nesting deeper"));
+    /* a file past the cap is refused by its size, unread */
+    assert_int_equal(truncate(path, 64 << 20), 0);
+    assert_int_equal(dsv4_config_load(dir, &c, &err), -EFBIG);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -506,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_malformed_text),
         cmocka_unit_test(test_inventory),
+        cmocka_unit_test(test_model_dir_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

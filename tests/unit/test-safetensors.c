@@ -8,6 +8,9 @@
  * (Long: one case per malformed-input class of the reader, by design.)
  */
 #include <setjmp.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -817,6 +820,71 @@ static void test_reject_path_missing(void **state)
     free(dir);
 }
 
+/* Peak RSS (KiB) of a child that opens `path` (and must fail with -EBADMSG). */
+static long child_peak_kib(const char *path)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dsv4_checkpoint *c = NULL;
+        struct dsv4_err err;
+        _exit(dsv4_checkpoint_open(path, &c, &err) == -EBADMSG ? 0 : 1);
+    }
+    int st;
+    struct rusage ru;
+    assert_int_equal(wait4(pid, &st, 0, &ru), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    return ru.ru_maxrss;
+}
+
+/*
+ * A hostile header costs about its own size, not dozens of times it: 4 MB of "[1,1,1,…]" in
+ * a shape (2 M values, which a JSON tree would hold as ~2 M nodes) is refused before any
+ * tree is built, as is a header of many tensors whose values are packed 4 bytes each. The bound is checked as peak memory of
+ * a process that only opens the file, against the same process opening a 4 MB header that
+ * is refused for its first byte (the baseline: reading the header itself).
+ */
+static void test_reject_header_amplification(void **state)
+{
+    (void)state;
+    char *dir = new_dir();
+    const size_t n = 2u << 20;
+    char *hdr = dsv4_xmalloc(16 * n + 128);
+    size_t k = (size_t)sprintf(hdr, "{\"t\":{\"dtype\":\"F32\",\"shape\":[");
+    for (size_t i = 0; i < n; i++)
+        k += (size_t)sprintf(hdr + k, i ? ",1" : "1");
+    k += (size_t)sprintf(hdr + k, "],\"data_offsets\":[0,4]}}");
+    char *p = path_in(dir, "model.safetensors");
+    write_raw(p, UINT64_MAX, hdr, 4, 0);
+    expect_open_fails(p, -EBADMSG, p, "array of more than 16 entries", NULL);
+    long wide = child_peak_kib(p);
+    /* many tensors with 16-dimension shapes: 4 bytes of text per value, over the budget */
+    k = (size_t)sprintf(hdr, "{");
+    for (size_t i = 0; i < n / 20; i++)
+        k += (size_t)sprintf(hdr + k, "%s\"%zx\":{\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}",
+                             i ? "," : "", i);
+    k += (size_t)sprintf(hdr + k, "}");
+    char *p2 = path_in(dir, "b.safetensors");
+    write_raw(p2, UINT64_MAX, hdr, 4, 0);
+    expect_open_fails(p2, -EBADMSG, p2, "JSON values", NULL);
+    long many = child_peak_kib(p2);
+    /* baseline: a header of the same size refused at byte 0 (not JSON text) */
+    memset(hdr, 0x01, 4u << 20);
+    hdr[4u << 20] = '\0';
+    char *p3 = path_in(dir, "c.safetensors");
+    write_raw(p3, UINT64_MAX, hdr, 4, 0);
+    long base = child_peak_kib(p3);
+    print_message("# peak RSS: baseline %ld KiB, 2 M-value shape %ld KiB, dense shapes %ld KiB\n",
+                  base, wide, many);
+    assert_true(wide < base + 16 * 1024);     /* was ~170 MB more */
+    assert_true(many < base + 16 * 1024);
+    free(p);
+    free(p2);
+    free(p3);
+    free(hdr);
+    free(dir);
+}
+
 static void test_reject_fifo(void **state)
 {
     (void)state;
@@ -1008,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_reject_dir_without_safetensors),
         cmocka_unit_test(test_reject_path_missing),
         cmocka_unit_test(test_reject_fifo),
+        cmocka_unit_test(test_reject_header_amplification),
         cmocka_unit_test(test_reject_index_missing_shard),
         cmocka_unit_test(test_reject_index_tensor_missing_from_shard),
         cmocka_unit_test(test_reject_shard_tensor_not_in_index),
