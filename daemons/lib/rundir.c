@@ -4,6 +4,7 @@
  * (rundir.h). Stats pages are named POSIX shm so a reader needs only the
  * run directory, and the supervisor creates them before any daemon starts.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -55,8 +56,12 @@ int dsv4_rundir_create(const char *dir, struct dsv4_err *err)
         return dsv4_errf(err, -ENOTDIR, "%s: not a directory (symlinks refused)", dir);
     if (st.st_uid != getuid())
         return dsv4_errf(err, -EPERM, "%s: owned by uid %u, not us", dir, (unsigned)st.st_uid);
-    if ((st.st_mode & 077) && chmod(dir, 0700) < 0)
-        return dsv4_errf(err, -errno, "%s: chmod 0700: %s", dir, strerror(errno));
+    /* an existing directory others can enter is refused, never chmod'ed: it may be the
+     * user's own directory pointed at by mistake */
+    if (st.st_mode & 077)
+        return dsv4_errf(err, -EPERM, "%s: mode 0%o lets others in: a run dir must be private "
+                         "(chmod 700 it, or choose a new path)", dir,
+                         (unsigned)(st.st_mode & 07777));
     return 0;
 }
 
@@ -222,4 +227,61 @@ const char *dsv4_daemon_exe(const char *name, char *buf, size_t n)
             return buf;
     }
     return NULL;
+}
+
+/* Names the set writes in its run dir: the only entries a run dir may hold, and so the only
+ * ones stop and cleanup delete. */
+static const char *const own_files[] = { "ctl.sock", "sched.sock", "compute.sock", "model",
+                                         "metrics-addr", "api-addr", "supervisor.lock", "shm-id",
+                                         "fetcher-hot.json", "fetcher.lock" };
+
+static bool own_entry(const char *name)
+{
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(own_files); i++)
+        if (!strcmp(name, own_files[i]))
+            return true;
+    size_t n = strlen(name);
+    return (n > 4 && !strcmp(name + n - 4, ".log")) || !strncmp(name, ".shm-id.", 8) ||
+           !strncmp(name, "fetcher-hot.json.", 17);
+}
+
+int dsv4_rundir_check_dedicated(const char *dir, struct dsv4_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return dsv4_errf(err, -errno, "%s: %s", dir, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (!own_entry(e->d_name))
+            rc = dsv4_errf(err, -EEXIST, "%s holds '%s', which is not a dsv4 file: a run dir "
+                           "must be dedicated to one daemon set (choose a new path)", dir,
+                           e->d_name);
+    }
+    closedir(d);
+    return rc;
+}
+
+int dsv4_rundir_remove_leftovers(const char *dir, bool all_files)
+{
+    int n = 0;
+    char id[DSV4_SHM_ID_LEN + 1], name[96], path[DSV4_PATH_MAX + 32];
+    if (dsv4_shm_id_read(dir, id, NULL) == 0) {
+        for (int r = 0; r < DSV4_ROLE_COUNT; r++)
+            if (dsv4_shm_name(id, dsv4_role_name(r), name, sizeof(name), NULL) == 0 &&
+                shm_unlink(name) == 0)
+                n++;
+        if (dsv4_shm_name(id, "experts", name, sizeof(name), NULL) == 0 && shm_unlink(name) == 0)
+            n++;
+    }
+    static const char *const run_files[] = { "ctl.sock", "sched.sock", "compute.sock", "model",
+                                             "metrics-addr", "api-addr" };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(run_files); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, run_files[i]);
+        if (unlink(path) == 0 && (all_files || strstr(run_files[i], ".sock")))
+            n++;
+    }
+    return n;
 }

@@ -36,5 +36,11 @@ void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us);
  * from tools/dsv4ctl/ or from another daemons/<role>/). NULL if none is executable.
  */
 const char *dsv4_daemon_exe(const char *name, char *buf, size_t n);
+/* The run dir holds nothing but the set's own files (refuse to run in a directory of the
+ * user's, whose files stop would delete): -EEXIST naming the first foreign entry. */
+int dsv4_rundir_check_dedicated(const char *dir, struct dsv4_err *err);
+/* Remove what a set leaves in shared memory and in its run dir (segments under its id,
+ * sockets, the model and address files); returns how many segments and sockets were there. */
+int dsv4_rundir_remove_leftovers(const char *dir, bool all_files);
 /* Pid of the live supervisor holding DIR/supervisor.lock, or 0. */
 int dsv4_rundir_supervisor_pid(const char *dir);

@@ -407,22 +407,15 @@ static void unlink_segments(const char *id)
 
 static void cleanup(struct sv *s)
 {
-    char path[DSV4_PATH_MAX + 32];
     dsv4_metrics_stop(s->metrics);  /* before the pages it reads go */
     s->metrics = NULL;
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         dsv4_stats_unmap(s->ch[r].stats);
         dsv4_stats_unlink(s->dir, r);
     }
-    char eshm[96];  /* the fetcher removes its segment on SIGTERM; not after a SIGKILL */
-    if (dsv4_eshm_name(s->dir, eshm, sizeof(eshm), NULL) == 0)
-        shm_unlink(eshm);
-    static const char *const files[] = { "ctl.sock", "sched.sock", "compute.sock", "fetcher.sock",
-                                         "model", "metrics-addr", "api-addr" };
-    for (size_t i = 0; i < DSV4_ARRAY_SIZE(files); i++) {
-        snprintf(path, sizeof(path), "%s/%s", s->dir, files[i]);
-        unlink(path);
-    }
+    /* the fetcher removes its segment on SIGTERM, not after a SIGKILL: one list of what a
+     * set leaves, shared with `dsv4ctl stop` */
+    dsv4_rundir_remove_leftovers(s->dir, true);
     if (s->api_fd >= 0)
         close(s->api_fd);
     if (s->ctl)
@@ -532,7 +525,8 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     dsv4_rundir_resolve(o->run_dir, s.dir);
     struct dsv4_err err;
     char path[DSV4_PATH_MAX + 32], ep[DSV4_PATH_MAX];
-    if (dsv4_rundir_create(s.dir, &err) < 0 || dsv4_rundir_endpoint(s.dir, "compute", ep, &err) < 0) {
+    if (dsv4_rundir_create(s.dir, &err) < 0 || dsv4_rundir_check_dedicated(s.dir, &err) < 0 ||
+        dsv4_rundir_endpoint(s.dir, "compute", ep, &err) < 0) {
         say(&ready_fd, "error: run dir: %s", err.msg);
         return DSV4_EXIT_NOPERM;
     }

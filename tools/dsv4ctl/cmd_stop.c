@@ -64,18 +64,36 @@ int dsv4ctl_stop(int argc, char **argv)
     if (pid > 0)
         kill(pid, SIGTERM);
     uint64_t t0 = dsv4_now_ns();
+    bool killed = false;
     while ((pid = dsv4_rundir_supervisor_pid(dir)) != 0) {
-        if ((double)(dsv4_now_ns() - t0) / 1e9 > timeout && pid > 0) {
+        double waited = (double)(dsv4_now_ns() - t0) / 1e9;
+        if (pid < 0 && waited > timeout) {
+            /* the lock is held but names no pid (a start that died writing it, or not ours):
+             * nothing to signal; say so instead of waiting for ever */
+            fprintf(stderr, "dsv4ctl stop: %s/supervisor.lock is held by a process that wrote "
+                    "no pid; not stopping it (see `fuser %s/supervisor.lock`)\n", dir, dir);
+            return DSV4_EXIT_UNAVAILABLE;
+        }
+        if (pid > 0 && waited > timeout && !killed) {
             fprintf(stderr, "dsv4ctl stop: supervisor %d still running after %g s: SIGKILL\n",
                     pid, timeout);
-            kill(-pid, SIGKILL);
+            kill(-pid, SIGKILL);    /* its process group: the daemons too */
             kill(pid, SIGKILL);
-            t0 = dsv4_now_ns();
+            killed = true;
+            sv = pid;
         }
         usleep(20000);
     }
     /* the lock goes a moment before the process: wait for it to be gone (or a zombie) */
     for (int i = 0; sv > 0 && i < 500 && kill(sv, 0) == 0 && !zombie(sv); i++)
         usleep(10000);
+    if (killed) {
+        /* a killed supervisor cleaned nothing: remove what it left, and say the stop was not
+         * clean (exit 1) */
+        int n = dsv4_rundir_remove_leftovers(dir, true);
+        fprintf(stderr, "dsv4ctl stop: the set was killed; removed %d leftover segments and "
+                "sockets\n", n);
+        return DSV4_EXIT_FAIL;
+    }
     return DSV4_EXIT_OK;
 }
