@@ -28,6 +28,7 @@
  * excludes CR, LF, U+2028/9.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include "buf.h"
 #include "file.h"
 #include "json_limits.h"
 #include "tokenizer.h"
@@ -189,25 +190,9 @@ void dsv4_ids_free(struct dsv4_ids *ids)
 
 /* ---------------------------------------------------------------- regex translation */
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
+static void sb_str(struct dsv4_buf *b, const char *s)
 {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p = dsv4_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s)
-{
-    sb_add(b, s, strlen(s));
+    dsv4_buf_append(b, s, strlen(s));
 }
 
 #define JS_SPACE "\\t\\n\\x{0B}\\f\\r\\p{Zs}\\x{FEFF}\\x{2028}\\x{2029}"
@@ -216,9 +201,9 @@ static void sb_str(struct sbuf *b, const char *s)
  * NULL (and *why) for constructs whose meaning cannot be carried over. */
 static char *translate_regex(const char *re, const char **why)
 {
-    struct sbuf b = { 0 };
+    struct dsv4_buf b = { 0 };
     bool in_class = false;
-    sb_add(&b, "", 0);
+    dsv4_buf_append(&b, "", 0);
     for (size_t i = 0; re[i]; i++) {
         char c = re[i];
         if (c == '\\' && re[i + 1]) {
@@ -241,7 +226,7 @@ static char *translate_regex(const char *re, const char **why)
                     free(b.p);
                     return NULL;
                 }
-                sb_add(&b, re + i - 1, 2);
+                dsv4_buf_append(&b, re + i - 1, 2);
                 break;
             case 'u': {
                 /* \uXXXX → \x{XXXX} */
@@ -255,34 +240,34 @@ static char *translate_regex(const char *re, const char **why)
                     return NULL;
                 }
                 sb_str(&b, "\\x{");
-                sb_add(&b, re + i + 1, 4);
+                dsv4_buf_append(&b, re + i + 1, 4);
                 sb_str(&b, "}");
                 i += 4;
                 break;
             }
             default:
-                sb_add(&b, re + i - 1, 2);
+                dsv4_buf_append(&b, re + i - 1, 2);
                 break;
             }
             continue;
         }
         if (!in_class && c == '[') {
             in_class = true;
-            sb_add(&b, &c, 1);
+            dsv4_buf_append(&b, &c, 1);
             if (re[i + 1] == '^')
-                sb_add(&b, re + ++i, 1);
+                dsv4_buf_append(&b, re + ++i, 1);
             continue;
         }
         if (in_class && c == ']') {
             in_class = false;
-            sb_add(&b, &c, 1);
+            dsv4_buf_append(&b, &c, 1);
             continue;
         }
         if (!in_class && c == '.') {
             sb_str(&b, "[^\\n\\r\\x{2028}\\x{2029}]");
             continue;
         }
-        sb_add(&b, &c, 1);
+        dsv4_buf_append(&b, &c, 1);
     }
     return b.p;
 }
@@ -746,7 +731,7 @@ static int load_pre_tokenizer(dsv4_tokenizer *t, const cJSON *p, const char *nam
 static void build_id_text(dsv4_tokenizer *t)
 {
     t->tok = dsv4_xcalloc(t->n_ids, sizeof(*t->tok));
-    struct sbuf b = { 0 };
+    struct dsv4_buf b = { 0 };
     size_t n = dsv4_strmap_size(t->by_str);
     for (size_t i = 0; i < n; i++) {
         size_t len;
@@ -755,32 +740,32 @@ static void build_id_text(dsv4_tokenizer *t)
         struct token_bytes *tb = &t->tok[id];
         if (tb->added)
             continue;
-        tb->off = (uint32_t)b.n;
+        tb->off = (uint32_t)b.len;
         for (size_t k = 0; k < len;) {
             uint32_t cp;
             size_t l = dsv4_utf8_decode((const uint8_t *)s + k, len - k, &cp);
             if (cp < DSV4_ARRAY_SIZE(cp_to_byte) && cp_to_byte[cp] >= 0) {
                 char c = (char)cp_to_byte[cp];
-                sb_add(&b, &c, 1);
+                dsv4_buf_append(&b, &c, 1);
             } else {
-                sb_add(&b, s + k, l);
+                dsv4_buf_append(&b, s + k, l);
             }
             k += l;
         }
-        tb->len = (uint32_t)(b.n - tb->off);
+        tb->len = (uint32_t)(b.len - tb->off);
         tb->known = true;
     }
     for (size_t i = 0; i < t->n_added; i++) {
         const struct added *a = &t->added[i];
         struct token_bytes *tb = &t->tok[a->id];
-        tb->off = (uint32_t)b.n;
-        sb_add(&b, a->content, a->len);
+        tb->off = (uint32_t)b.len;
+        dsv4_buf_append(&b, a->content, a->len);
         tb->len = (uint32_t)a->len;
         tb->known = tb->added = true;
         tb->special = a->special;
     }
     t->text = b.p;
-    t->text_len = b.n;
+    t->text_len = b.len;
 }
 
 /* bos_token / eos_token in tokenizer_config.json: a string or {"content": ...}. */
@@ -1376,8 +1361,8 @@ void dsv4_detok_flush(struct dsv4_detok *d, const char **text, size_t *len)
 int dsv4_tokenizer_decode(const dsv4_tokenizer *t, const uint32_t *ids, size_t n, bool special,
                           char **text, size_t *len, struct dsv4_err *err)
 {
-    struct sbuf out = { 0 }, run = { 0 };
-    sb_add(&out, "", 0);
+    struct dsv4_buf out = { 0 }, run = { 0 };
+    dsv4_buf_append(&out, "", 0);
     for (size_t i = 0; i <= n; i++) {
         const struct token_bytes *tb = NULL;
         if (i < n) {
@@ -1391,23 +1376,23 @@ int dsv4_tokenizer_decode(const dsv4_tokenizer *t, const uint32_t *ids, size_t n
             if (tb->special && !special)
                 continue;
             if (!tb->added) {
-                sb_add(&run, t->text + tb->off, tb->len);
+                dsv4_buf_append(&run, t->text + tb->off, tb->len);
                 continue;
             }
         }
-        if (run.n) {
-            uint8_t *fixed = dsv4_xmalloc(3 * run.n + 3);
+        if (run.len) {
+            uint8_t *fixed = dsv4_xmalloc(3 * run.len + 3);
             size_t fl;
-            dsv4_utf8_repair((const uint8_t *)run.p, run.n, true, fixed, &fl);
-            sb_add(&out, (const char *)fixed, fl);
+            dsv4_utf8_repair((const uint8_t *)run.p, run.len, true, fixed, &fl);
+            dsv4_buf_append(&out, (const char *)fixed, fl);
             free(fixed);
-            run.n = 0;
+            run.len = 0;
         }
         if (tb)
-            sb_add(&out, t->text + tb->off, tb->len);
+            dsv4_buf_append(&out, t->text + tb->off, tb->len);
     }
     free(run.p);
     *text = out.p;
-    *len = out.n;
+    *len = out.len;
     return 0;
 }
