@@ -3,6 +3,7 @@
  * Tensor inventory of a DeepSeek-V4 checkpoint, derived from the config
  * (see inventory.h), and the check of a checkpoint against it.
  */
+#include "buf.h"
 #include "inventory.h"
 
 #include <stdarg.h>
@@ -25,10 +26,7 @@ static struct dsv4_inv_entry *add(struct builder *b, enum dsv4_dtype dtype, enum
                                   uint32_t rank, uint64_t d0, uint64_t d1, const char *fmt, ...)
 {
     struct dsv4_inventory *inv = b->inv;
-    if (inv->n == b->cap) {
-        b->cap = b->cap ? b->cap * 2 : 1024;
-        inv->entries = dsv4_xrealloc(inv->entries, b->cap * sizeof(*inv->entries));
-    }
+    DSV4_GROW(inv->entries, b->cap, inv->n + 1);
     struct dsv4_inv_entry *e = &inv->entries[inv->n++];
     memset(e, 0, sizeof(*e));
     va_list ap;

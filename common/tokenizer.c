@@ -174,10 +174,7 @@ struct dsv4_tokenizer {
 
 void dsv4_ids_push(struct dsv4_ids *ids, uint32_t id)
 {
-    if (ids->n == ids->cap) {
-        ids->cap = ids->cap ? ids->cap * 2 : 64;
-        ids->v = dsv4_xrealloc(ids->v, ids->cap * sizeof(*ids->v));
-    }
+    DSV4_GROW(ids->v, ids->cap, ids->n + 1);
     ids->v[ids->n++] = id;
 }
 

@@ -36,6 +36,7 @@
 #include "fetcher_io.h"
 #include "fetcher_numa.h"
 #include "fetcher_shm.h"
+#include "buf.h"
 #include "log.h"
 #include "shm.h"
 #include "safetensors.h"
@@ -64,7 +65,8 @@ struct load {
     int status;
     char msg[DSV4_EXPERT_COMP_MSG];
     uint64_t t_start;
-    uint32_t n_waiters, cap_waiters;
+    uint32_t n_waiters;
+    size_t cap_waiters;
     uint32_t *waiters;         /* pending-table indices */
 };
 
@@ -113,7 +115,8 @@ struct dsv4_fetcher {
     uint32_t *layer_count;     /* READY/PINNED slots per layer */
     uint32_t *issue, n_issue;  /* slots with chunks still to issue, in order */
     struct retry *retries;
-    uint32_t n_retries, cap_retries;
+    uint32_t n_retries;
+    size_t cap_retries;
     struct fifo demand, prefetch;
     uint32_t pin_pending;
     uint32_t pending_cursor;
@@ -123,7 +126,8 @@ struct dsv4_fetcher {
 
     pthread_mutex_t mail_lock;
     struct mail *mail;
-    uint32_t n_mail, cap_mail;
+    uint32_t n_mail;
+    size_t cap_mail;
     _Atomic bool stop;
 
     hwloc_topology_t topo;
@@ -386,10 +390,7 @@ static void complete(dsv4_fetcher *f, uint32_t pidx, int status, uint32_t slot, 
 
 static void add_waiter(struct load *l, uint32_t pidx)
 {
-    if (l->n_waiters == l->cap_waiters) {
-        l->cap_waiters = l->cap_waiters ? l->cap_waiters * 2 : 4;
-        l->waiters = dsv4_xrealloc(l->waiters, l->cap_waiters * sizeof(*l->waiters));
-    }
+    DSV4_GROW(l->waiters, l->cap_waiters, (size_t)l->n_waiters + 1);
     l->waiters[l->n_waiters++] = pidx;
 }
 
@@ -787,10 +788,7 @@ static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
         close(f->direct_fd[sp->shard]);
         f->direct_fd[sp->shard] = -1;
         atomic_store_explicit(&s->io_direct, 0, memory_order_relaxed);
-        if (f->n_retries == f->cap_retries) {
-            f->cap_retries = f->cap_retries ? f->cap_retries * 2 : 16;
-            f->retries = dsv4_xrealloc(f->retries, f->cap_retries * sizeof(*f->retries));
-        }
+        DSV4_GROW(f->retries, f->cap_retries, (size_t)f->n_retries + 1);
         f->retries[f->n_retries++] = (struct retry){ slot, span, pos };
         return;
     }
@@ -1099,10 +1097,7 @@ int dsv4_fetcher_pin(dsv4_fetcher *f, int layer, int expert, bool pin, struct ds
                    f->opts.pin_slots) {
         rc = dsv4_errf(err, -ENOSPC, "pin: %u slot(s) already pinned (limit)", f->opts.pin_slots);
     } else {
-        if (f->n_mail == f->cap_mail) {
-            f->cap_mail = f->cap_mail ? f->cap_mail * 2 : 16;
-            f->mail = dsv4_xrealloc(f->mail, f->cap_mail * sizeof(*f->mail));
-        }
+        DSV4_GROW(f->mail, f->cap_mail, (size_t)f->n_mail + 1);
         f->mail[f->n_mail++] = (struct mail){ (uint32_t)layer * f->shm->n_experts + (uint32_t)expert,
                                               pin };
         if (pin)
