@@ -21,8 +21,8 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
   abort       a client that hangs up mid-stream cancels its generation (scheduler counts it,
               active back to 0); the next request is answered exactly
   concurrent  32 clients at once: each gets the exact text or a clean 429 with Retry-After
-  restarts    kill -9 of the scheduler mid-stream: the stream goes on and equals the
-              uninterrupted text; kill -9 of dsv4-api: restarted on the same address
+  restarts    kill -9 of the scheduler, then of compute, mid-stream: each stream goes on and
+              equals the uninterrupted text; kill -9 of dsv4-api: restarted on the same address
   sdk         the official `openai` and `@anthropic-ai/sdk` npm clients (tools/npm): chat,
               stream, completions, messages and a messages stream give the text gen gives
 """
@@ -672,16 +672,18 @@ def restarts():
     st = start(delay_ms="20")
     try:
         ref = gen("--chat", MSG, n=48)
-        c, r = open_stream(chat_body(max_tokens=48, temperature=0, stream=True))
-        buf = b""
-        while buf.count(b"\n\n") < 6:
-            buf += r.readline()
-        os.kill(daemon(status(), "scheduler")["pid"], signal.SIGKILL)
-        buf += r.read()
-        c.close()
-        evs, done = events(buf.decode())
-        assert done and stream_text(evs) == ref, (stream_text(evs), ref)
-        assert daemon(status(), "scheduler")["restarts"] == 1
+        for role in ("scheduler", "compute"):
+            c, r = open_stream(chat_body(max_tokens=48, temperature=0, stream=True))
+            buf = b""
+            while buf.count(b"\n\n") < 6:
+                buf += r.readline()
+            os.kill(daemon(status(), role)["pid"], signal.SIGKILL)
+            buf += r.read()
+            c.close()
+            evs, done = events(buf.decode())
+            assert done and stream_text(evs) == ref, (role, stream_text(evs), ref)
+            assert daemon(status(), role)["restarts"] == 1
+            wait_for("ready again", lambda: request("GET", "/health")[0] == 200)
         # dsv4-api itself: restarted, same address, served again
         pid = daemon(status(), "api")["pid"]
         os.kill(pid, signal.SIGKILL)
@@ -689,7 +691,7 @@ def restarts():
                                            and a["pid"] != pid)(daemon(status(), "api")))
         s, _, b = post("/v1/chat/completions", chat_body(max_tokens=48, temperature=0))
         assert s == 200 and b["choices"][0]["message"]["content"] == ref, b
-        print("# restarts: scheduler mid-stream invisible, api back on " + addr)
+        print("# restarts: scheduler and compute mid-stream invisible, api back on " + addr)
     finally:
         stop_and_check(st)
 
