@@ -10,6 +10,7 @@ pkgs=(
   libzmq3-dev libcjson-dev libhwloc-dev liburing-dev libmicrohttpd-dev libpcre2-dev
   libcmocka-dev python3 python3-numpy nodejs npm
   prometheus  # promtool and the server for tests/e2e/test_metrics.py
+  nginx       # tests/e2e/test_nginx.py: two sets behind docs/deploy/nginx-dsv4.conf
 )
 
 missing=()

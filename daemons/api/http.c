@@ -263,7 +263,7 @@ static enum MHD_Result generate(struct MHD_Connection *conn, struct api_ctx *c, 
     /* no idle deadline while the model works: we watch the client ourselves */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     if (gen_begin(&s->g, c, &s->req, ci ? ci->connect_fd : -1, &e) < 0)
-        goto fail;
+        goto fail_gen;  /* gen_end frees what gen_begin got to */
     atomic_fetch_add(&c->stats->active, 1);
     atomic_fetch_add(&c->stats->progress, 1);
     atomic_fetch_add(&c->stats->prompt_tokens, s->g.prompt.n);

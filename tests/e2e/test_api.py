@@ -10,8 +10,11 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
               == `gen --chat`, seeded sampling == `gen --chat --temperature --seed` and
               usage (prompt ids == `tokenize --chat`), stop (text before it, in
               both modes), max_tokens / finish_reason, thinking (reasoning_content, never in
-              content), /v1/completions (echo, ids prompt), /v1/messages (Anthropic), curl,
-              /health, /v1/models, the api's counters in status and /metrics
+              content), logprobs (== `dsv4ctl score`), /v1/completions (echo, ids prompt,
+              logprobs), /v1/messages (Anthropic), curl, /health, /v1/models, the api's counters
+  tools       tools, an assistant's tool calls and tool results (OpenAI and Anthropic forms):
+              the prompt's ids are those of the official encoder's rendering (by count against
+              `dsv4ctl tokenize` of the expected text); tool_choice none; a given system message
   seed        seeded sampling (plain tiny fixture) == `gen --chat --temperature --seed`,
               reproducible in both modes, and different seeds give different texts
   errors      every error status: 400 (invalid JSON, wrong type, out of range: the field is
@@ -21,8 +24,8 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
   abort       a client that hangs up mid-stream cancels its generation (scheduler counts it,
               active back to 0); the next request is answered exactly
   concurrent  32 clients at once: each gets the exact text or a clean 429 with Retry-After
-  restarts    kill -9 of the scheduler mid-stream: the stream goes on and equals the
-              uninterrupted text; kill -9 of dsv4-api: restarted on the same address
+  restarts    kill -9 of the scheduler, then of compute, mid-stream: each stream goes on and
+              equals the uninterrupted text; kill -9 of dsv4-api: restarted on the same address
   sdk         the official `openai` and `@anthropic-ai/sdk` npm clients (tools/npm): chat,
               stream, completions, messages and a messages stream give the text gen gives
 """
@@ -278,6 +281,75 @@ def chat():
         assert all(max(t.values()) == l for t, l in zip(tl["top_logprobs"], tl["token_logprobs"]))
         assert tl["text_offset"][0] == 0, tl
 
+        # text parts are joined as one content
+        s, _, r = post("/v1/chat/completions",
+                       {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
+                        "messages": [{"role": "user", "content": [
+                            {"type": "text", "text": MSG[:7]}, {"type": "text", "text": MSG[7:]}]}]})
+        assert r["choices"][0]["message"]["content"] == ref, r
+
+        # completions: text (BOS + text, as gen without --chat), echo, ids
+        cref = gen("The sky", n=12)
+        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": "The sky",
+                                           "max_tokens": 12, "temperature": 0})
+        assert r["object"] == "text_completion" and r["choices"][0]["text"] == cref, (r, cref)
+        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": ["The sky"], "echo": True,
+                                           "max_tokens": 12, "temperature": 0})
+        assert r["choices"][0]["text"] == "The sky" + cref, r
+        pids = ctl("tokenize", "--model", model, "--bos", "The sky").stdout.decode().split()
+        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": [int(i) for i in pids],
+                                           "max_tokens": 12, "temperature": 0})
+        assert r["choices"][0]["text"] == cref and r["usage"]["prompt_tokens"] == len(pids), r
+        s, _, text = post("/v1/completions", {"model": MODEL_ID, "prompt": "The sky", "stream": True,
+                                              "max_tokens": 12, "temperature": 0})
+        evs, done = events(text)
+        assert done and "".join(e["choices"][0]["text"] for e in evs) == cref, evs
+
+        # Anthropic messages: same template, same text
+        s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
+                                        "messages": [{"role": "user", "content": MSG}]})
+        assert s == 200 and r["type"] == "message" and r["content"][-1]["text"] == ref, r
+        assert r["usage"] == {"input_tokens": len(ids), "output_tokens": u["completion_tokens"]}
+        assert r["stop_reason"] == ("max_tokens" if fin == "length" else "end_turn"), r
+        s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
+                                        "stop_sequences": [stop],
+                                        "messages": [{"role": "user", "content": MSG}]})
+        assert r["content"][-1]["text"] == cut and r["stop_reason"] == "stop_sequence", r
+        assert r["stop_sequence"] == stop, r
+        s, hd, text = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
+                                            "stream": True, "thinking": {"type": "enabled",
+                                                                         "budget_tokens": 16},
+                                            "messages": [{"role": "user", "content": MSG}]})
+        kinds = [line[7:] for line in text.split("\n") if line.startswith("event: ")]
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
+        evs, _ = events(text)
+        th = "".join(e["delta"].get("thinking", "") for e in evs
+                     if e["type"] == "content_block_delta")
+        tx = "".join(e["delta"].get("text", "") for e in evs if e["type"] == "content_block_delta")
+        mthink = post("/v1/chat/completions",
+                      chat_body(max_tokens=24, temperature=0,
+                                thinking={"type": "enabled"}))[2]["choices"][0]["message"]
+        assert (th, tx) == (mthink["reasoning_content"], mthink["content"]), (th, tx, mthink)
+
+        # curl, as the README shows it
+        c = subprocess.run(["curl", "-sS", f"http://{addr}/v1/chat/completions",
+                            "-H", "Content-Type: application/json",
+                            "-d", json.dumps(chat_body(max_tokens=24, temperature=0))],
+                           capture_output=True, timeout=60)
+        assert json.loads(c.stdout)["choices"][0]["message"]["content"] == ref, c
+
+        # counters: status and /metrics
+        api = daemon(status(), "api")
+        assert api["requests_ok"] >= 15 and api["requests_error"] == 0 and api["active"] == 0, api
+        print(f"# chat: {api['requests_ok']} requests ok; reference {ref!r}")
+    finally:
+        stop_and_check(st)
+
+
+def tools():
+    """Tools through both APIs (long prompts: not in the sanitizer build, like goldens)."""
+    st = start()
+    try:
         # tools: the prompt is the official encoder's rendering (tools with a system message made
         # for them, the assistant's call as DSML, the result merged into a user turn); the ids
         # are checked by count against `dsv4ctl tokenize` of that text
@@ -347,67 +419,7 @@ def chat():
                       want.replace(bos, bos + "Be brief.", 1)).stdout.split()
         assert r3["usage"]["prompt_tokens"] == len(sys_ids), r3
 
-        # text parts are joined as one content
-        s, _, r = post("/v1/chat/completions",
-                       {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
-                        "messages": [{"role": "user", "content": [
-                            {"type": "text", "text": MSG[:7]}, {"type": "text", "text": MSG[7:]}]}]})
-        assert r["choices"][0]["message"]["content"] == ref, r
-
-        # completions: text (BOS + text, as gen without --chat), echo, ids
-        cref = gen("The sky", n=12)
-        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": "The sky",
-                                           "max_tokens": 12, "temperature": 0})
-        assert r["object"] == "text_completion" and r["choices"][0]["text"] == cref, (r, cref)
-        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": ["The sky"], "echo": True,
-                                           "max_tokens": 12, "temperature": 0})
-        assert r["choices"][0]["text"] == "The sky" + cref, r
-        pids = ctl("tokenize", "--model", model, "--bos", "The sky").stdout.decode().split()
-        s, _, r = post("/v1/completions", {"model": MODEL_ID, "prompt": [int(i) for i in pids],
-                                           "max_tokens": 12, "temperature": 0})
-        assert r["choices"][0]["text"] == cref and r["usage"]["prompt_tokens"] == len(pids), r
-        s, _, text = post("/v1/completions", {"model": MODEL_ID, "prompt": "The sky", "stream": True,
-                                              "max_tokens": 12, "temperature": 0})
-        evs, done = events(text)
-        assert done and "".join(e["choices"][0]["text"] for e in evs) == cref, evs
-
-        # Anthropic messages: same template, same text
-        s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
-                                        "messages": [{"role": "user", "content": MSG}]})
-        assert s == 200 and r["type"] == "message" and r["content"][-1]["text"] == ref, r
-        assert r["usage"] == {"input_tokens": len(ids), "output_tokens": u["completion_tokens"]}
-        assert r["stop_reason"] == ("max_tokens" if fin == "length" else "end_turn"), r
-        s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
-                                        "stop_sequences": [stop],
-                                        "messages": [{"role": "user", "content": MSG}]})
-        assert r["content"][-1]["text"] == cut and r["stop_reason"] == "stop_sequence", r
-        assert r["stop_sequence"] == stop, r
-        s, hd, text = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
-                                            "stream": True, "thinking": {"type": "enabled",
-                                                                         "budget_tokens": 16},
-                                            "messages": [{"role": "user", "content": MSG}]})
-        kinds = [line[7:] for line in text.split("\n") if line.startswith("event: ")]
-        assert kinds[0] == "message_start" and kinds[-1] == "message_stop", kinds
-        evs, _ = events(text)
-        th = "".join(e["delta"].get("thinking", "") for e in evs
-                     if e["type"] == "content_block_delta")
-        tx = "".join(e["delta"].get("text", "") for e in evs if e["type"] == "content_block_delta")
-        mthink = post("/v1/chat/completions",
-                      chat_body(max_tokens=24, temperature=0,
-                                thinking={"type": "enabled"}))[2]["choices"][0]["message"]
-        assert (th, tx) == (mthink["reasoning_content"], mthink["content"]), (th, tx, mthink)
-
-        # curl, as the README shows it
-        c = subprocess.run(["curl", "-sS", f"http://{addr}/v1/chat/completions",
-                            "-H", "Content-Type: application/json",
-                            "-d", json.dumps(chat_body(max_tokens=24, temperature=0))],
-                           capture_output=True, timeout=60)
-        assert json.loads(c.stdout)["choices"][0]["message"]["content"] == ref, c
-
-        # counters: status and /metrics
-        api = daemon(status(), "api")
-        assert api["requests_ok"] >= 15 and api["requests_error"] == 0 and api["active"] == 0, api
-        print(f"# chat: {api['requests_ok']} requests ok; reference {ref!r}")
+        print("# tools: OpenAI and Anthropic tool conversations render the official prompt")
     finally:
         stop_and_check(st)
 
@@ -672,16 +684,18 @@ def restarts():
     st = start(delay_ms="20")
     try:
         ref = gen("--chat", MSG, n=48)
-        c, r = open_stream(chat_body(max_tokens=48, temperature=0, stream=True))
-        buf = b""
-        while buf.count(b"\n\n") < 6:
-            buf += r.readline()
-        os.kill(daemon(status(), "scheduler")["pid"], signal.SIGKILL)
-        buf += r.read()
-        c.close()
-        evs, done = events(buf.decode())
-        assert done and stream_text(evs) == ref, (stream_text(evs), ref)
-        assert daemon(status(), "scheduler")["restarts"] == 1
+        for role in ("scheduler", "compute"):
+            c, r = open_stream(chat_body(max_tokens=48, temperature=0, stream=True))
+            buf = b""
+            while buf.count(b"\n\n") < 6:
+                buf += r.readline()
+            os.kill(daemon(status(), role)["pid"], signal.SIGKILL)
+            buf += r.read()
+            c.close()
+            evs, done = events(buf.decode())
+            assert done and stream_text(evs) == ref, (role, stream_text(evs), ref)
+            assert daemon(status(), role)["restarts"] == 1
+            wait_for("ready again", lambda: request("GET", "/health")[0] == 200)
         # dsv4-api itself: restarted, same address, served again
         pid = daemon(status(), "api")["pid"]
         os.kill(pid, signal.SIGKILL)
@@ -689,7 +703,7 @@ def restarts():
                                            and a["pid"] != pid)(daemon(status(), "api")))
         s, _, b = post("/v1/chat/completions", chat_body(max_tokens=48, temperature=0))
         assert s == 200 and b["choices"][0]["message"]["content"] == ref, b
-        print("# restarts: scheduler mid-stream invisible, api back on " + addr)
+        print("# restarts: scheduler and compute mid-stream invisible, api back on " + addr)
     finally:
         stop_and_check(st)
 
@@ -717,6 +731,6 @@ def sdk():
         stop_and_check(st)
 
 
-scenarios = {"chat": chat, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
+scenarios = {"chat": chat, "tools": tools, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
              "restarts": restarts, "sdk": sdk}
 scenarios[scenario]()

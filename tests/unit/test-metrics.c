@@ -50,6 +50,9 @@ static void test_render(void **state)
     dsv4_hist_add(&s->ttft, 30000);         /* le 0.05 */
     dsv4_hist_add(&s->ttft, 700000000);     /* past the last bound */
     atomic_store(&pg[DSV4_ROLE_FETCHER]->restarts, 9);
+    atomic_store(&pg[DSV4_ROLE_API]->req_ok, 5);        /* dsv4-api: its own families */
+    atomic_store(&pg[DSV4_ROLE_API]->req_busy, 2);
+    atomic_store(&pg[DSV4_ROLE_API]->active, 1);
     es->n_slots = 16;
     atomic_store(&es->stats.hits, 5);
     atomic_store(&es->stats.lat_hist[0], 2);
@@ -78,6 +81,10 @@ static void test_render(void **state)
     has_line(t, "dsv4_requests_total{outcome=\"busy\"} 1");
     has_line(t, "dsv4_requests_total{outcome=\"error\"} 0");
     has_line(t, "dsv4_generated_tokens_total 42");
+    has_line(t, "dsv4_api_requests_total{outcome=\"ok\"} 5");
+    has_line(t, "dsv4_api_requests_total{outcome=\"busy\"} 2");
+    has_line(t, "dsv4_api_active_requests 1");
+    has_line(t, "dsv4_daemon_restarts_total{daemon=\"api\"} 0");
     has_line(t, "dsv4_prefill_done_tokens 100");
     has_line(t, "dsv4_prefill_length_tokens 4000");
     has_line(t, "dsv4_forward_calls_total 7");
