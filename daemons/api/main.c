@@ -10,7 +10,7 @@
  *
  * usage: dsv4-api --run-dir DIR --model DIR --listen-fd FD [--api-key-file FILE]
  *        [--max-body-mb N] [--max-connections N] [--max-conn-per-client N]
- *        [--idle-timeout-s N] [--default-max-tokens N]
+ *        [--idle-timeout-s N] [--default-max-tokens N] [--max-ctx N]
  * A socket bound to a non-loopback address without an API key is refused
  * (exit 78: the supervisor does not restart a bad configuration).
  */
@@ -28,11 +28,13 @@
 #include "chat.h"
 #include "config.h"
 #include "daemon.h"
+#include "exitcode.h"
+#include "parse.h"
+#include "session_layout.h"
 #include "http.h"
 #include "log.h"
 #include "util.h"
 
-#define EXIT_CONFIG 78
 
 static char *read_key(const char *path, struct dsv4_err *err)
 {
@@ -55,7 +57,7 @@ static char *read_key(const char *path, struct dsv4_err *err)
 }
 
 static int setup(struct api_ctx *c, const char *model, const char *key_file, int fd,
-                 struct dsv4_err *err)
+                 int64_t max_ctx, struct dsv4_err *err)
 {
     if (key_file && !(c->api_key = read_key(key_file, err)))
         return -EINVAL;
@@ -72,7 +74,11 @@ static int setup(struct api_ctx *c, const char *model, const char *key_file, int
     int r = dsv4_config_load(model, &cfg, err);
     if (r < 0)
         return r;
-    c->n_ctx = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096;
+    /* the context a request may fill: the scheduler's (the plan's --max-ctx) within the
+     * model's, so the API's 400 and the scheduler's "too large" agree */
+    c->n_ctx = cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : DSV4_DEFAULT_MAX_CTX;
+    if (max_ctx > 0 && max_ctx < c->n_ctx)
+        c->n_ctx = max_ctx;
     if ((r = dsv4_tokenizer_open_dir(model, &c->tok, err)) < 0)
         return r;
     c->has_eos = dsv4_tokenizer_eos(c->tok, &c->eos);
@@ -83,7 +89,23 @@ static int setup(struct api_ctx *c, const char *model, const char *key_file, int
     return 0;
 }
 
-int main(int argc, char **argv)
+struct args {
+    const char *run_dir, *model, *key_file;
+    struct api_http_opts ho;
+    double body_mb;
+    int default_max;
+    int64_t max_ctx;    /* 0: the model's context */
+};
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: dsv4-api --run-dir DIR --model DIR --listen-fd FD "
+                    "[--api-key-file FILE] [--max-body-mb N] [--max-connections N] "
+                    "[--max-conn-per-client N] [--idle-timeout-s N] [--default-max-tokens N] "
+                    "[--max-ctx N]\n");
+}
+
+static int parse_argv(int argc, char **argv, struct args *a)
 {
     static const struct option opts[] = {
         { "run-dir", required_argument, NULL, 'r' },
@@ -95,34 +117,60 @@ int main(int argc, char **argv)
         { "max-conn-per-client", required_argument, NULL, 'p' },
         { "idle-timeout-s", required_argument, NULL, 'i' },
         { "default-max-tokens", required_argument, NULL, 'd' },
+        { "max-ctx", required_argument, NULL, 'x' },
         { 0 },
     };
-    const char *run_dir = NULL, *model = NULL, *key_file = NULL;
-    struct api_http_opts ho = { .listen_fd = -1, .max_connections = 256, .max_per_client = 64,
-                                .idle_timeout_s = 30 };
-    double body_mb = 8;
-    int default_max = 4096, o;
-    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    const char *me = "dsv4-api";
+    *a = (struct args){ .ho = { .listen_fd = -1, .max_connections = 256, .max_per_client = 64,
+                                .idle_timeout_s = 30 },
+                        .body_mb = 8, .default_max = 4096 };
+    int o, r = 0, v;
+    while (r == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
-        case 'r': run_dir = optarg; break;
-        case 'm': model = optarg; break;
-        case 'l': ho.listen_fd = atoi(optarg); break;
-        case 'k': key_file = optarg; break;
-        case 'b': body_mb = atof(optarg); break;
-        case 'c': ho.max_connections = (unsigned)atoi(optarg); break;
-        case 'p': ho.max_per_client = (unsigned)atoi(optarg); break;
-        case 'i': ho.idle_timeout_s = (unsigned)atoi(optarg); break;
-        case 'd': default_max = atoi(optarg); break;
-        default: return EXIT_CONFIG;
+        case 'r': a->run_dir = optarg; break;
+        case 'm': a->model = optarg; break;
+        case 'l': r = dsv4_parse_int_opt(me, "listen-fd", optarg, 0, 1 << 20, &a->ho.listen_fd);
+            break;
+        case 'k': a->key_file = optarg; break;
+        case 'b': r = dsv4_parse_double_opt(me, "max-body-mb", optarg, 0.001, 4096, &a->body_mb);
+            break;
+        case 'c':
+            if ((r = dsv4_parse_int_opt(me, "max-connections", optarg, 1, 65536, &v)) == 0)
+                a->ho.max_connections = (unsigned)v;
+            break;
+        case 'p':
+            if ((r = dsv4_parse_int_opt(me, "max-conn-per-client", optarg, 1, 65536, &v)) == 0)
+                a->ho.max_per_client = (unsigned)v;
+            break;
+        case 'i':
+            if ((r = dsv4_parse_int_opt(me, "idle-timeout-s", optarg, 1, 86400, &v)) == 0)
+                a->ho.idle_timeout_s = (unsigned)v;
+            break;
+        case 'd': r = dsv4_parse_int_opt(me, "default-max-tokens", optarg, 1, 1 << 24,
+                                         &a->default_max); break;
+        case 'x':
+            if ((r = dsv4_parse_i64(optarg, 0, INT32_MAX, &a->max_ctx)) < 0)
+                fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me, optarg,
+                        INT32_MAX);
+            break;
+        default: usage(); return -EINVAL;
         }
     }
-    if (!model || ho.listen_fd < 0 || !(body_mb > 0) || ho.max_connections < 1 ||
-        ho.max_per_client < 1 || default_max < 1) {
-        fprintf(stderr, "usage: dsv4-api --run-dir DIR --model DIR --listen-fd FD "
-                        "[--api-key-file FILE] [--max-body-mb N] [--max-connections N] "
-                        "[--max-conn-per-client N] [--idle-timeout-s N] [--default-max-tokens N]\n");
-        return EXIT_CONFIG;
+    if (r < 0)
+        return r;
+    if (!a->model || a->ho.listen_fd < 0 || optind != argc) {
+        usage();
+        return -EINVAL;
     }
+    return 0;
+}
+
+static int run(struct args *a)
+{
+    struct api_http_opts ho = a->ho;
+    const char *model = a->model, *key_file = a->key_file, *run_dir = a->run_dir;
+    double body_mb = a->body_mb;
+    int default_max = a->default_max;
     static struct api_ctx c;
     c.max_body = (size_t)(body_mb * 1048576.0);
     c.default_max_tokens = default_max;
@@ -132,13 +180,13 @@ int main(int argc, char **argv)
     if (dsv4_daemon_init(&d, DSV4_ROLE_API, run_dir, &err) < 0) {
         dsv4_log_error("api", "%s", err.msg);
         dsv4_daemon_fini(&d);
-        return 69;
+        return DSV4_EXIT_UNAVAILABLE;
     }
     int rc = 0;
     struct api_http *h = NULL;
-    if (setup(&c, model, key_file, ho.listen_fd, &err) < 0) {
+    if (setup(&c, model, key_file, ho.listen_fd, a->max_ctx, &err) < 0) {
         dsv4_log_error("api", "%s", err.msg);
-        rc = EXIT_CONFIG;
+        rc = DSV4_EXIT_CONFIG;
         goto out;
     }
     snprintf(c.run_dir, sizeof(c.run_dir), "%s", d.run_dir);
@@ -150,12 +198,12 @@ int main(int argc, char **argv)
     if (!c.page[DSV4_ROLE_SCHEDULER] ||
         dsv4_rundir_endpoint(d.run_dir, "sched", c.sched_ep, &err) < 0) {
         dsv4_log_error("api", "the scheduler's stats page or socket: not found");
-        rc = 69;
+        rc = DSV4_EXIT_UNAVAILABLE;
         goto out;
     }
     if (api_http_start(&c, &ho, &h, &err) < 0) {
         dsv4_log_error("api", "%s", err.msg);
-        rc = 71;
+        rc = DSV4_EXIT_OSERR;
         goto out;
     }
     dsv4_daemon_ready(&d);
@@ -174,4 +222,12 @@ out:
     free(c.api_key);
     dsv4_daemon_fini(&d);
     return rc;
+}
+
+int main(int argc, char **argv)
+{
+    struct args a;
+    if (parse_argv(argc, argv, &a) < 0)
+        return DSV4_EXIT_CONFIG;   /* the supervisor does not restart a bad command line */
+    return run(&a);
 }

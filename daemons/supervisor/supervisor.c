@@ -123,7 +123,8 @@ static int spawn(struct sv *s, struct child *c)
             *a++ = "--max-active";
             *a++ = active;
         }
-        if (c->role == DSV4_ROLE_SCHEDULER && s->o->max_ctx > 0) {     /* ... and their size */
+        if ((c->role == DSV4_ROLE_SCHEDULER || c->role == DSV4_ROLE_API) &&
+            s->o->max_ctx > 0) {    /* ... and their size: the context a request may fill */
             *a++ = "--max-ctx";
             *a++ = ctx;
         }
