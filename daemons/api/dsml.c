@@ -145,6 +145,8 @@ int api_dsml_parse(const char *text, size_t len, struct api_tool_call **calls)
     *calls = NULL;
     if (len < start || memcmp(text, DSV4_CHAT_TOOL_CALLS_START, start))
         return -1;
+    if (memchr(text, '\0', len))   /* names and arguments are C strings from here on */
+        return -1;
     struct cur c = { text + start, text + len };
     struct api_tool_call *v = NULL;
     int n = 0;

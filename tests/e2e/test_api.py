@@ -19,8 +19,8 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
               reproducible in both modes, and different seeds give different texts
   errors      every error status: 400 (invalid JSON, wrong type, out of range: the field is
               named; context overflow with both numbers), 401 (--api-key-file), 404 (route,
-              model), 405, 413, 503 while compute restarts; a non-loopback --api-addr without
-              a key is refused at start
+              model), 405, 413, 503 while compute restarts; the per-client connection cap; a
+              non-loopback --api-addr without a key is refused at start
   abort       a client that hangs up mid-stream cancels its generation (scheduler counts it,
               active back to 0); the next request is answered exactly
   concurrent  32 clients at once: each gets the exact text or a clean 429 with Retry-After
@@ -556,6 +556,23 @@ def errors():
         r = c.getresponse()
         check_error(r.status, json.loads(r.read()), 413)
         c.close()
+        # the per-client connection cap (--max-conn-per-client, default 64): the next one is
+        # closed unanswered; once they go, the client is served again
+        socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(64)]
+        extra = socket.create_connection((host, int(port)), timeout=10)
+        extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            assert extra.recv(100) == b"", "the 65th connection was served"
+        except ConnectionResetError:
+            pass
+        for sk in socks + [extra]:
+            sk.close()
+        def served():
+            try:
+                return request("GET", "/health", timeout=5)[0] == 200
+            except (OSError, http.client.HTTPException):
+                return False    # the server has not seen the closes yet
+        wait_for("connections released", served)
         # 503 while compute restarts (and /health names it); then served again
         seen = False
         for _ in range(10):
