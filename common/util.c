@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include "exitcode.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -15,7 +16,7 @@ void dsv4_die(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    exit(70); /* EX_SOFTWARE */
+    exit(DSV4_EXIT_SOFTWARE);
 }
 
 void *dsv4_xmalloc(size_t n)
@@ -62,5 +63,5 @@ uint64_t dsv4_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    return (uint64_t)ts.tv_sec * DSV4_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }

@@ -27,7 +27,7 @@ struct dsv4_fetcher_client {
 
 static void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) };
+    struct timespec ts = { (time_t)(ns / DSV4_NSEC_PER_SEC), (long)(ns % DSV4_NSEC_PER_SEC) };
     nanosleep(&ts, NULL);
 }
 
@@ -38,7 +38,7 @@ int dsv4_fetcher_client_open(const char *run_dir, uint64_t timeout_ms, dsv4_fetc
     int rc = dsv4_eshm_name(run_dir, name, sizeof(name), err);
     if (rc < 0)
         return rc;
-    uint64_t timeout_ns = (timeout_ms ? timeout_ms : 60000) * 1000000ull;
+    uint64_t timeout_ns = (timeout_ms ? timeout_ms : 60000) * DSV4_NSEC_PER_MSEC;
     uint64_t deadline = dsv4_now_ns() + timeout_ns;
     struct dsv4_expert_shm *s = NULL;
     uint64_t size = 0;

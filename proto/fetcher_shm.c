@@ -121,7 +121,7 @@ void dsv4_eshm_unmap(struct dsv4_expert_shm *s, uint64_t size)
 
 void dsv4_eshm_futex_wait(_Atomic uint32_t *word, uint32_t val, uint64_t timeout_ns)
 {
-    struct timespec ts = { (time_t)(timeout_ns / 1000000000u), (long)(timeout_ns % 1000000000u) };
+    struct timespec ts = { (time_t)(timeout_ns / DSV4_NSEC_PER_SEC), (long)(timeout_ns % DSV4_NSEC_PER_SEC) };
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, val, timeout_ns ? &ts : NULL, NULL, 0);
 }
 

@@ -16,7 +16,7 @@
 #include "resp.h"
 #include "util.h"
 
-#define KEEPALIVE_NS (15ull * 1000000000ull)  /* an SSE comment when nothing else was sent */
+#define KEEPALIVE_NS (15ull * DSV4_NSEC_PER_SEC)  /* an SSE comment when nothing else was sent */
 #define WAIT_MS 100
 
 enum route { R_CHAT, R_COMPLETIONS, R_MESSAGES, R_MODELS, R_MODEL, R_HEALTH };

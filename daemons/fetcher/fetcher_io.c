@@ -179,8 +179,8 @@ int dsv4_fio_reap(dsv4_fio *io, struct dsv4_fio_done *out, int max, uint64_t wai
         while (n < max && io->in_flight) {
             int rc = io_uring_peek_cqe(&io->ring, &cqe);
             if (rc == -EAGAIN && n == 0 && wait_ns) {
-                struct __kernel_timespec ts = { (long long)(wait_ns / 1000000000u),
-                                                (long long)(wait_ns % 1000000000u) };
+                struct __kernel_timespec ts = { (long long)(wait_ns / DSV4_NSEC_PER_SEC),
+                                                (long long)(wait_ns % DSV4_NSEC_PER_SEC) };
                 rc = io_uring_wait_cqe_timeout(&io->ring, &cqe, &ts);
             }
             if (rc < 0)

@@ -131,7 +131,7 @@ void dsv4_daemon_heartbeat(struct dsv4_daemon *d)
     dsv4_wire_simple(&b, DSV4_MSG_HEARTBEAT, &hb, sizeof(hb));
     dsv4_zsend(d->ctl, NULL, 0, &b, 1);
     dsv4_wire_buf_free(&b);
-    d->next_heartbeat_ns = now + 1000000000ull;
+    d->next_heartbeat_ns = now + DSV4_NSEC_PER_SEC;
 }
 
 void dsv4_daemon_fini(struct dsv4_daemon *d)

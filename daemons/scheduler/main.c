@@ -45,7 +45,7 @@
 
 #define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive);
                                  * $DSV4_PREFILL_ROWS overrides it (tests: many PROGRESS events) */
-#define PROBE_NS 1000000000ull  /* a request's client hears from us at least this often */
+#define PROBE_NS DSV4_NSEC_PER_SEC  /* a request's client hears from us at least this often */
 #define SCORE_ROWS 64           /* rows per FORWARD with every row's result */
 
 enum { R_FREE, R_QUEUED, R_ACTIVE };

@@ -29,9 +29,9 @@
 #include "supervisor.h"
 
 #define CRASH_LOOP_N 5
-#define CRASH_LOOP_WINDOW_NS (120ull * 1000000000ull)
-#define READY_TIMEOUT_NS (600ull * 1000000000ull)
-#define STOP_GRACE_NS (5ull * 1000000000ull)
+#define CRASH_LOOP_WINDOW_NS (120ull * DSV4_NSEC_PER_SEC)
+#define READY_TIMEOUT_NS (600ull * DSV4_NSEC_PER_SEC)
+#define STOP_GRACE_NS (5ull * DSV4_NSEC_PER_SEC)
 
 struct child {
     int role;
@@ -275,8 +275,8 @@ static void reap(struct sv *s, int *ready_fd)
                 s->stopping = true;
                 break;
             }
-            uint64_t delay = 100000000ull << DSV4_MIN(recent - 1, 8);
-            delay = DSV4_MIN(delay, 30000000000ull);
+            uint64_t delay = (100 * DSV4_NSEC_PER_MSEC) << DSV4_MIN(recent - 1, 8);
+            delay = DSV4_MIN(delay, 30 * DSV4_NSEC_PER_SEC);
             c->restart_at = now + delay;
             dsv4_log_warn("supervisor", "%s[%d] %s, restarting in %llu ms (%d/%d)",
                           dsv4_role_name(r), (int)pid, why,
@@ -360,7 +360,7 @@ static void turn(struct sv *s, int timeout_ms, int *ready_fd)
             c->restart_at = 0;
             atomic_fetch_add(&c->stats->restarts, 1);
             if (spawn(s, c) < 0)
-                c->restart_at = now + 1000000000ull;
+                c->restart_at = now + DSV4_NSEC_PER_SEC;
         }
     }
 }
@@ -625,7 +625,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
                 s.stopping = true;
             } else if (dsv4_now_ns() - t0 > READY_TIMEOUT_NS) {
                 say(&ready_fd, "error: %s not ready after %llu s", dsv4_role_name(r),
-                    (unsigned long long)(READY_TIMEOUT_NS / 1000000000ull));
+                    (unsigned long long)(READY_TIMEOUT_NS / DSV4_NSEC_PER_SEC));
                 s.stopping = true;
             }
         }

@@ -45,10 +45,10 @@ struct gen_args {
 static int exit_for(int code)
 {
     switch (code) {
-    case DSV4_WE_BUSY: return 75;
+    case DSV4_WE_BUSY: return DSV4_EXIT_TEMPFAIL;
     case DSV4_WE_INVALID: case DSV4_WE_RANGE: case DSV4_WE_PROTO: case DSV4_WE_TOO_LARGE:
         return DSV4_EXIT_DATAERR;
-    case DSV4_WE_ABI: return 76;
+    case DSV4_WE_ABI: return DSV4_EXIT_PROTOCOL;
     default: return DSV4_EXIT_UNAVAILABLE;
     }
 }
