@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -49,4 +50,40 @@ int dsv4_read_file(const char *path, size_t max, char **buf, size_t *len, struct
     }
     close(fd);
     return r;
+}
+
+int dsv4_write_file_atomic(const char *path, const void *data, size_t len,
+                           struct dsv4_err *err)
+{
+    char tmp[4200];
+    int k = snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+    if (k < 0 || (size_t)k >= sizeof(tmp))
+        return dsv4_errf(err, -ENAMETOOLONG, "%s: path too long", path);
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return dsv4_errf(err, -errno, "%s: %s", tmp, strerror(errno));
+    const char *p = data;
+    size_t done = 0;
+    int e = 0;
+    while (done < len && !e) {
+        ssize_t w = write(fd, p + done, len - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            e = w < 0 ? errno : EIO;
+        else
+            done += (size_t)w;
+    }
+    if (!e && fsync(fd) < 0)
+        e = errno;
+    if (close(fd) < 0 && !e)
+        e = errno;
+    if (!e && rename(tmp, path) < 0)
+        e = errno;
+    if (e) {
+        unlink(tmp);
+        return dsv4_errf(err, -e, "%s: %s", path, strerror(e));
+    }
+    return 0;
 }

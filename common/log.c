@@ -1,4 +1,7 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdatomic.h>
+
 #include "log.h"
 #include "parse.h"
 
@@ -37,6 +40,9 @@ void dsv4_log_set_level(enum dsv4_log_level level)
     log_level = (int)level;
 }
 
+static _Atomic uint64_t lost_lines; /* lines lost since the last successful write */
+static _Atomic int lost_errno;
+
 static void vlog(enum dsv4_log_level level, const char *topic, const char *suffix,
                  const char *fmt, va_list ap)
 {
@@ -59,9 +65,23 @@ static void vlog(enum dsv4_log_level level, const char *topic, const char *suffi
         n += snprintf(line + n, sizeof(line) - (size_t)n - 1, "%s", suffix);
     n = DSV4_MIN(n, (int)sizeof(line) - 2);
     line[n++] = '\n';
+    /* Lines that could not be written (a full disk under the log file) are counted and owned
+     * up to by the first line that can be: never dropped silently. */
+    uint64_t lost = atomic_exchange(&lost_lines, 0);
+    if (lost) {
+        char note[160];
+        int m = snprintf(note, sizeof(note), "%s: %llu log line(s) were lost: %s\n",
+                         level_names[DSV4_LOG_WARN], (unsigned long long)lost,
+                         strerror(atomic_load(&lost_errno)));
+        if (m <= 0 || write(2, note, (size_t)m) < 0)
+            atomic_fetch_add(&lost_lines, lost);
+    }
     /* one write per line: lines of concurrent threads never interleave */
-    if (write(2, line, (size_t)n) < 0)
+    if (write(2, line, (size_t)n) < 0) {
+        atomic_store(&lost_errno, errno);
+        atomic_fetch_add(&lost_lines, 1);
         return;
+    }
     if (tee_fd == -2) {
         const char *t = secure_getenv("DSV4_LOG_TEE_FD");
         if (!t || dsv4_parse_int(t, 3, 1 << 20, &tee_fd) < 0)

@@ -37,6 +37,7 @@
 #include "fetcher_numa.h"
 #include "fetcher_shm.h"
 #include "buf.h"
+#include "file.h"
 #include "log.h"
 #include "shm.h"
 #include "safetensors.h"
@@ -891,13 +892,10 @@ int dsv4_fetcher_save_hot(dsv4_fetcher *f, struct dsv4_err *err)
     free(top);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    char path[4200], tmp[4220];
+    char path[4200];
     snprintf(path, sizeof(path), "%s/fetcher-hot.json", f->run_dir);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *fp = fopen(tmp, "w");
-    int rc = 0;
-    if (!fp || fputs(text, fp) < 0 || fclose(fp) != 0 || rename(tmp, path) < 0)
-        rc = dsv4_errf(err, -errno, "%s: %s", path, strerror(errno));
+    /* never a half-written file, never a temp file left behind (a full disk) */
+    int rc = dsv4_write_file_atomic(path, text, strlen(text), err);
     free(text);
     return rc;
 }

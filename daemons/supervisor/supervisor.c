@@ -22,6 +22,7 @@
 #include "daemon.h"
 #include "dsv4_wire.h"
 #include "exitcode.h"
+#include "file.h"
 #include "fetcher_shm.h"
 #include "log.h"
 #include "shm.h"
@@ -540,8 +541,15 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
             close(s.lockfd);
         return DSV4_EXIT_UNAVAILABLE;
     }
-    if (ftruncate(s.lockfd, 0) == 0)
-        dprintf(s.lockfd, "%d\n", (int)getpid());
+    char pid_line[24];
+    int pl = snprintf(pid_line, sizeof(pid_line), "%d\n", (int)getpid());
+    if (ftruncate(s.lockfd, 0) < 0 || pwrite(s.lockfd, pid_line, (size_t)pl, 0) != pl) {
+        /* `stop` finds us by this pid: without it the set could not be stopped */
+        say(&ready_fd, "error: %s: cannot write our pid: %s", path, strerror(errno ? errno : EIO));
+        close(s.lockfd);
+        s.lockfd = -1;
+        return DSV4_EXIT_CANTCREAT;
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGCHLD);
@@ -594,10 +602,12 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
         goto out;
     }
     snprintf(path, sizeof(path), "%s/model", s.dir);
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fprintf(f, "%s\n", model);
-        fclose(f);
+    char line[DSV4_PATH_MAX + 2];
+    int ln = snprintf(line, sizeof(line), "%s\n", model);
+    if (dsv4_write_file_atomic(path, line, (size_t)ln, &err) < 0) {    /* clients read it */
+        say(&ready_fd, "error: run dir: %s", err.msg);
+        rc = DSV4_EXIT_CANTCREAT;
+        goto out;
     }
     s.zctx = dsv4_zctx_new();
     s.ctl = dsv4_zsock(s.zctx, ZMQ_ROUTER, NULL);

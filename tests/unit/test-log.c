@@ -6,6 +6,7 @@
  * counts the rest and reports that count with the first message of the
  * next window (driven with synthetic clock values, no sleeping).
  */
+#include <fcntl.h>
 #include <regex.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,11 +95,41 @@ static void test_line_format_and_tee(void **state)
     fclose(tee);
 }
 
+/* Lines that cannot be written (the disk under the log is full: /dev/full here) are counted,
+ * and the first line that can be written is preceded by the count and the reason. */
+static void test_lost_lines_reported(void **state)
+{
+    (void)state;
+    int full = open("/dev/full", O_WRONLY);
+    assert_true(full >= 0);
+    FILE *err = tmpfile();
+    assert_non_null(err);
+    int saved = dup(2);
+    dsv4_log_set_level(DSV4_LOG_INFO);
+    assert_true(dup2(full, 2) == 2);
+    dsv4_log_info("disk", "first, lost");
+    dsv4_log_info("disk", "second, lost");
+    assert_true(dup2(fileno(err), 2) == 2);
+    dsv4_log_info("disk", "third, written");
+    dup2(saved, 2);
+    close(saved);
+    close(full);
+    const char *got = slurp(err);
+    const char *note = strstr(got, "2 log line(s) were lost: No space left on device");
+    const char *third = strstr(got, "third, written");
+    assert_non_null(note);
+    assert_non_null(third);
+    assert_true(note < third);
+    assert_null(strstr(got, "lost\n"));
+    fclose(err);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limit_windows),
         cmocka_unit_test(test_line_format_and_tee),
+        cmocka_unit_test(test_lost_lines_reported),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

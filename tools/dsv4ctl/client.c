@@ -93,17 +93,18 @@ int client_wait(struct client *c, int timeout_ms, struct dsv4_msg *m)
     return 0;
 }
 
-void client_model(const struct client *c, char *out, size_t n)
+int client_model(const struct client *c, char *out, size_t n)
 {
     char path[DSV4_PATH_MAX + 16];
     snprintf(path, sizeof(path), "%s/model", c->dir);
     out[0] = '\0';
     FILE *f = fopen(path, "r");
-    if (f) {
-        if (fgets(out, (int)n, f))
-            out[strcspn(out, "\n")] = '\0';
-        fclose(f);
-    }
+    if (!f)
+        return -errno;
+    if (fgets(out, (int)n, f))
+        out[strcspn(out, "\n")] = '\0';
+    fclose(f);
+    return out[0] ? 0 : -ENODATA;
 }
 
 uint64_t client_new_id(void)

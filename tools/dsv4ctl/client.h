@@ -39,5 +39,6 @@ int client_submit(struct client *c);
  */
 int client_wait(struct client *c, int timeout_ms, struct dsv4_msg *m);
 /* The model directory the set serves (RUN_DIR/model), or "" */
-void client_model(const struct client *c, char *out, size_t n);
+/* The served model's directory from RUN_DIR/model; -ENODATA when the file is empty. */
+int client_model(const struct client *c, char *out, size_t n);
 uint64_t client_new_id(void);

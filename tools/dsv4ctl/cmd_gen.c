@@ -181,10 +181,16 @@ int dsv4ctl_gen(int argc, char **argv)
         return rc;
     }
     char model[DSV4_PATH_MAX];
-    client_model(&c, model, sizeof(model));
+    int mrc = client_model(&c, model, sizeof(model));
     dsv4_tokenizer *tok = NULL;
     struct dsv4_err err;
     bool need_tok = a.text || !a.format || strcmp(a.format, "ids") != 0;
+    if (need_tok && mrc < 0 && (a.text || (a.format && strcmp(a.format, "text") == 0))) {
+        fprintf(stderr, "dsv4ctl gen: %s/model: %s (the set records its model there at start)\n",
+                c.dir, mrc == -ENODATA ? "empty" : strerror(-mrc));
+        client_close(&c);
+        return DSV4_EXIT_NOINPUT;
+    }
     if (need_tok && dsv4_tokenizer_open_dir(model, &tok, &err) < 0) {
         if (a.text || (a.format && strcmp(a.format, "text") == 0)) {
             fprintf(stderr, "dsv4ctl gen: tokenizer of %s: %s\n", model, err.msg);
