@@ -278,9 +278,13 @@ int dsv4_metrics_start(const char *addr, const struct dsv4_view *v, struct dsv4_
     struct dsv4_metrics *m = dsv4_xcalloc(1, sizeof(*m));
     m->v = v;
     /* one internal thread (epoll) serves every connection: scrapes are rare and small */
+    /* One event-driven thread: a slow client costs a connection slot, never the thread. The
+     * slots are many and an idle one is closed after 3 s, so a few dozen slow or stuck clients
+     * cannot starve the scraper (32 slots and 10 s let 40 of them hold it off for 25 s). */
     m->mhd = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD, 0, NULL, NULL, on_request, m,
-                              MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 32u,
-                              MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+                              MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT, 256u,
+                              MHD_OPTION_CONNECTION_TIMEOUT, 3u,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)16384, MHD_OPTION_END);
     if (!m->mhd) {
         close(fd);
         free(m);
