@@ -44,6 +44,9 @@ static _Atomic uint64_t lost_lines; /* lines lost since the last successful writ
 static _Atomic int lost_errno;
 
 static void vlog(enum dsv4_log_level level, const char *topic, const char *suffix,
+                 const char *fmt, va_list ap) DSV4_PRINTF(4, 0);
+
+static void vlog(enum dsv4_log_level level, const char *topic, const char *suffix,
                  const char *fmt, va_list ap)
 {
     char line[2304];

@@ -11,6 +11,16 @@
 
 #include "kernels-internal.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c"). */
+static bool has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static int cpu_has(enum dsv4_isa isa)
 {
     switch (isa) {
@@ -19,12 +29,11 @@ static int cpu_has(enum dsv4_isa isa)
 #if defined(__x86_64__) || defined(__i386__)
     case DSV4_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
     case DSV4_ISA_AVX512:
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("avx512vl") && has_f16c();
 #endif
     default:
         return 0;

@@ -63,6 +63,8 @@ struct sv {
     int api_fd;                 /* dsv4-api's listening socket, -1 when none */
 };
 
+static void say(int *fd, const char *fmt, ...) DSV4_PRINTF(2, 3);
+
 static void say(int *fd, const char *fmt, ...)
 {
     char msg[1200];
