@@ -10,6 +10,7 @@ pkgs=(
   libzmq3-dev libcjson-dev libhwloc-dev liburing-dev libmicrohttpd-dev libpcre2-dev
   libcmocka-dev python3 python3-numpy nodejs npm
   prometheus  # promtool and the server for tests/e2e/test_metrics.py
+  wamerican   # /usr/share/dict/words for tests/py/test_demo_words.py
 )
 
 missing=()

@@ -78,9 +78,12 @@ CONFIG = dict(make_tiny_model.BASE_CONFIG, **{
 # the last id is the DSpark noise token (a special that text never produces).
 NOISE = "<｜dspark▁noise｜>"
 USER_PROMPTS = ["Tell me a story", "Tell me a story.", "Hello", "Hello!", "Hi",
-                "Once upon a time", "Write a story.", "Tell me about a ball.",
+                "Write a story.", "Tell me about a ball.",
                 "What happened next?", "Tell me about the family.", "Please go on.",
                 "Tell me something."]
+# Stage 1 of the committed fixture also had "Once upon a time" among the user turns, which taught
+# the plain prompt to open a chat turn; stage 2 (--init) trained on without it.
+STAGE1_PROMPTS = USER_PROMPTS[:5] + ["Once upon a time"] + USER_PROMPTS[5:]
 
 # --------------------------------------------------------------------------------- the text
 
@@ -727,7 +730,7 @@ class V4(torch.nn.Module):
 # ----------------------------------------------------------------------------------- data
 
 class Data:
-    def __init__(self, tok, paragraphs, heldout_every, T, seed):
+    def __init__(self, tok, paragraphs, heldout_every, T, seed, prompts=USER_PROMPTS):
         self.T = T
         self.rng = np.random.default_rng(seed)
         self.tok = tok
@@ -743,7 +746,7 @@ class Data:
         self.train, self.held = train, held
         self.train_stream, self.train_starts = self.flatten(train)
         self.held_stream, self.held_starts = self.flatten(held)
-        self.chat = [[3] + tok.encode(q) + [4] for q in USER_PROMPTS]
+        self.chat = [[3] + tok.encode(q) + [4] for q in prompts]
 
     @staticmethod
     def flatten(paras):
@@ -794,7 +797,7 @@ def lr_at(step, total, peak, warm):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(f, 1.0))))
 
 
-def train_target(model, data, minutes, B, peak_lr, log):
+def train_target(model, data, minutes, B, peak_lr, log, warm=30):
     params = [p for n, p in model.params_.items() if not n.startswith("mtp__")
               and not n.endswith("gate__bias")]
     opt = torch.optim.AdamW(params, lr=peak_lr, betas=(0.9, 0.95), weight_decay=0.01)
@@ -810,7 +813,7 @@ def train_target(model, data, minutes, B, peak_lr, log):
             est_total = int(budget / (el / 20))
         total = est_total or 10 ** 9
         for gr in opt.param_groups:
-            gr["lr"] = lr_at(step, total, peak_lr, 30)
+            gr["lr"] = lr_at(step, total, peak_lr, warm)
         seq = data.batch(B)
         model.aux, model.loads = [], []
         logits = model(seq[:, :-1])
@@ -937,7 +940,11 @@ def check_reference(out, model, data, log):
     tgt = np.array(seq[1:] + [seq[-1]])
     dtrue = np.abs(lsm(rl)[np.arange(len(seq)), tgt] - lsm(tl)[np.arange(len(seq)), tgt])
     agree = float(np.mean(rl.argmax(-1) == tl.argmax(-1)))
+    srt = np.sort(rl, -1)
+    clear = srt[:, -1] - srt[:, -2] > 0.25       # argmax not a near-tie at bf16 precision
     res = {"positions": len(seq), "argmax_agree": agree,
+           "argmax_agree_margin_gt_0.25": float(np.mean((rl.argmax(-1) == tl.argmax(-1))[clear])),
+           "positions_margin_gt_0.25": int(clear.sum()),
            "median_abs_dlogp_true_token": float(np.median(dtrue)),
            "p99_abs_dlogp_true_token": float(np.percentile(dtrue, 99)),
            "max_abs_dlogp_top": float(dl[np.arange(len(seq)), rl.argmax(-1)].max())}
@@ -967,6 +974,18 @@ def sha256(path):
     return h.hexdigest()
 
 
+def check_only(a, log):
+    """Reference check, held-out and bigram figures of an exported checkpoint (its tokenizer)."""
+    with open(os.path.join(a.out, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tok = Tokenizer(tj["model"]["vocab"], [tuple(m.split(" ")) for m in tj["model"]["merges"]])
+    data = Data(tok, austen_paragraphs(a.deb), 20, a.seq, SEED)
+    model = V4(CONFIG, SEED)
+    res = {"reference_check": check_reference(a.out, model, data, log),
+           "heldout_ce": heldout_loss(model, data, 40, 8), "bigram_ce": bigram_loss(data, VOCAB)}
+    log(json.dumps(res))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deb", required=True, help="r-cran-janeaustenr .deb (apt-get download)")
@@ -977,9 +996,16 @@ def main():
     ap.add_argument("--batch", type=int, default=12)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--init", metavar="DIR",
+                    help="stage 2: start from the checkpoint (and tokenizer) in DIR")
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--stage1-prompts", action="store_true",
+                    help="the user turns of stage 1 (with 'Once upon a time')")
+    ap.add_argument("--check-only", action="store_true",
+                    help="no training: the checks and figures of the checkpoint in --out")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(SEED)
+    torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
     logf = open(os.path.join(a.out, "train.log"), "w")
 
@@ -988,21 +1014,34 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
     t_start = time.time()
+    if a.check_only:
+        return check_only(a, log)
     paras = austen_paragraphs(a.deb)
     flat = [p for b in paras for p in b]
     log(f"text: {len(flat)} paragraphs, {sum(map(len, flat))} characters")
     train_paras = [p for i, p in enumerate(flat) if i % 20 != 19]
-    vocab, merges = train_bpe(train_paras, VOCAB, len(make_tiny_tokenizer.SPECIALS), 1)
+    if a.init:
+        with open(os.path.join(a.init, "tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+        vocab, merges = tj["model"]["vocab"], [tuple(m.split(" ")) for m in tj["model"]["merges"]]
+    else:
+        vocab, merges = train_bpe(train_paras, VOCAB, len(make_tiny_tokenizer.SPECIALS), 1)
     log(f"tokenizer: {len(merges)} merges ({time.time() - t_start:.0f}s)")
     write_tokenizer(a.out, vocab, merges)
     tok = Tokenizer(vocab, merges)
-    data = Data(tok, paras, 20, a.seq, SEED)
+    data = Data(tok, paras, 20, a.seq, a.seed,
+                STAGE1_PROMPTS if a.stage1_prompts else USER_PROMPTS)
     n_train, n_held = len(data.train_stream), len(data.held_stream)
     log(f"tokens: train {n_train}, held-out {n_held} (every 20th paragraph)")
     model = V4(CONFIG, SEED)
+    if a.init:
+        import safetensors_io
+        model.load_values(safetensors_io.load_checkpoint(a.init))
+        log(f"stage 2: from {a.init}")
     n_par = sum(p.numel() for p in model.params_.values())
     log(f"parameters: {n_par}")
-    steps_t, wall_t = train_target(model, data, a.minutes_target, a.batch, a.lr, log)
+    steps_t, wall_t = train_target(model, data, a.minutes_target, a.batch, a.lr, log,
+                                   10 if a.init else 30)
     steps_d, wall_d = train_drafter(model, data, a.minutes_drafter, max(2, a.batch // 3), 24,
                                     a.lr, log)
     make_tiny_model.export(a.out, CONFIG, model.export_values())
@@ -1011,7 +1050,8 @@ def main():
     bigram = bigram_loss(data, VOCAB)
     log(f"held-out CE {held:.4f} (ppl {math.exp(held):.1f}); bigram CE {bigram:.4f} "
         f"(ppl {math.exp(bigram):.1f})")
-    stats = {"seed": SEED, "data_deb": os.path.basename(a.deb), "data_deb_sha256": sha256(a.deb),
+    stats = {"seed": a.seed, "init": a.init, "stage1_prompts": a.stage1_prompts,
+             "data_deb": os.path.basename(a.deb), "data_deb_sha256": sha256(a.deb),
              "paragraphs": len(flat), "train_tokens": n_train, "heldout_tokens": n_held,
              "seq": a.seq, "batch": a.batch, "lr": a.lr, "threads": a.threads,
              "target_steps": steps_t, "target_wall_s": round(wall_t),
