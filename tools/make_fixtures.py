@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Regenerate the committed fixtures (checkpoint + tokenizer + goldens.json) from their seeds.
 
-Usage: make_fixtures.py [--out DIR] [NAME ...]   (default DIR: tests/fixtures, all fixtures)
+Usage: make_fixtures.py [--out DIR] [NAME ...]   (default DIR: tests/fixtures, all fixtures;
+for the trained ones (TRAINED) only the goldens of the committed checkpoint)
 tests/py/test_fixtures_regen.py runs it into the build dir and compares bytes with the
 committed files.
 """
@@ -28,6 +29,12 @@ FIXTURES = {
     "tiny-dspark": ("tiny-dspark", 1, 1, 32),
 }
 
+# Trained fixtures (tools/train_demo.py): checkpoint and tokenizer are committed as trained;
+# only their goldens regenerate here. name -> (prompt seed, greedy tokens).
+TRAINED = {
+    "demo": (1, 32),
+}
+
 
 def has_tokenizer(cfg):
     """A byte-level BPE needs the 256 byte tokens and the specials below the vocab size."""
@@ -45,6 +52,11 @@ def write_tokenizer(d, cfg):
 
 
 def make(out, name):
+    if name in TRAINED:     # goldens of the committed checkpoint only
+        prompt_seed, n_greedy = TRAINED[name]
+        d = os.path.join(out, name)
+        make_goldens.write_dspark(d, prompt_seed)
+        return make_goldens.write(d, prompt_seed, n_greedy)
     preset, seed, prompt_seed, n_greedy = FIXTURES[name]
     d = os.path.join(out, name)
     cfg, init = make_tiny_model.PRESETS[preset]
@@ -59,7 +71,7 @@ def make(out, name):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(HERE, "..", "tests", "fixtures"))
-    ap.add_argument("names", nargs="*", default=list(FIXTURES))
+    ap.add_argument("names", nargs="*", default=list(FIXTURES) + list(TRAINED))
     a = ap.parse_args()
     for n in a.names:
         print(f"== {n}")

@@ -7,7 +7,7 @@ fixture's prompts and writes per-position argmax, margin, stability and log-prob
 greedy continuation and the ensemble-derived tolerances. Format: docs/numerics.md "Goldens".
 Numerics are pinned (tools/reference/pinned.py) so the output is byte-identical on any x86-64.
 
-Usage: make_goldens.py --fixture DIR --seed N [--greedy 32] [--out FILE]
+Usage: make_goldens.py --fixture DIR --seed N [--greedy 32] [--out FILE] [--dspark]
 """
 import argparse
 import json
@@ -78,7 +78,11 @@ def main():
     ap.add_argument("--seed", type=int, required=True, help="prompt seed")
     ap.add_argument("--greedy", type=int, default=32)
     ap.add_argument("--out", help="default: FIXTURE/goldens.json")
+    ap.add_argument("--dspark", action="store_true",
+                    help="also the drafter goldens (FIXTURE/dspark_goldens.json)")
     a = ap.parse_args()
+    if a.dspark:
+        write_dspark(a.fixture, a.seed)
     summary(write(a.fixture, a.seed, a.greedy, a.out))
 
 

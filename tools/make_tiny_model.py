@@ -215,6 +215,14 @@ def build(cfg, init, seed):
         values[name] = logical_weight(name, shape, cfg, init, seed)
     apply_bypass(values, cfg, init, seed)
     apply_markov_successor(values, cfg, init, seed)
+    return encode(cfg, values)
+
+
+def encode(cfg, values):
+    """Logical fp32 values {name: array} (FP4 weights as [out, in]; no .scale entries) ->
+    ordered [(name, dtype, storage array)] in the official formats."""
+    entries = layout.tensors(cfg)
+    block = tuple(cfg["quantization_config"]["weight_block_size"])
     out = {}
     for name, dtype, shape in entries:
         if dtype == "F8_E8M0":
@@ -246,7 +254,15 @@ def build(cfg, init, seed):
 
 
 def write_model(out_dir, cfg, init, seed, n_shards=2):
-    tensors = build(cfg, init, seed)
+    write_tensors(out_dir, cfg, build(cfg, init, seed), n_shards)
+
+
+def export(out_dir, cfg, values, n_shards=2):
+    """Write trained logical values (see encode) as a checkpoint (tools/train_demo.py)."""
+    write_tensors(out_dir, cfg, encode(cfg, values), n_shards)
+
+
+def write_tensors(out_dir, cfg, tensors, n_shards):
     os.makedirs(out_dir, exist_ok=True)
     safetensors_io.write_checkpoint(out_dir, tensors, n_shards)
     with open(os.path.join(out_dir, "config.json"), "w") as f:

@@ -11,6 +11,7 @@ pkgs=(
   libcmocka-dev python3 python3-numpy nodejs npm
   prometheus  # promtool and the server for tests/e2e/test_metrics.py
   nginx       # tests/e2e/test_nginx.py: two sets behind docs/deploy/nginx-dsv4.conf
+  wamerican   # /usr/share/dict/words for tests/py/test_demo_words.py
 )
 
 missing=()
