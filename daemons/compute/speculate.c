@@ -39,7 +39,32 @@ struct dsv4_spec {
     float *tap_ring;        /* [cap][n_taps*dim]: taps of fed rows, slot = pos mod cap */
     int W, cap;
     struct dsv4_spec_policy pol;
+    FILE *trace;            /* dsv4_spec_set_trace */
 };
+
+void dsv4_spec_set_trace(dsv4_spec *sp, FILE *f)
+{
+    sp->trace = f;
+}
+
+static void trace_step(const dsv4_spec *sp, int64_t P, int64_t index, int32_t anchor, bool drafted,
+                       const int32_t *ids, const float *conf, int L, int accepted,
+                       const int32_t *out, int n_out)
+{
+    FILE *f = sp->trace;
+    int n = drafted ? sp->gamma : 0;
+    fprintf(f, "{\"pos\":%lld,\"index\":%lld,\"anchor\":%d,\"drafts\":[", (long long)P,
+            (long long)index, (int)anchor);
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%d", i ? "," : "", (int)ids[i]);
+    fprintf(f, "],\"conf\":[");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%s%.6g", i ? "," : "", (double)conf[i]);
+    fprintf(f, "],\"verified\":%d,\"accepted\":%d,\"out\":[", L, accepted);
+    for (int i = 0; i < n_out; i++)
+        fprintf(f, "%s%d", i ? "," : "", (int)out[i]);
+    fprintf(f, "]}\n");
+}
 
 int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *p,
                   const struct dsv4_spec_opts *o, dsv4_spec **ret, struct dsv4_err *err)
@@ -224,7 +249,6 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
     int L = 0, rc;
     bool drafted = false;
     if (can && dsv4_spec_policy_propose(&sp->pol)) {
-        drafted = true;
         if (sp->p.propose) {
             rc = sp->p.propose(sp->p.ctx, P, index, anchor, sp->gamma, ids, conf, err);
             if (rc == 0 && sp->o.draft_cost && sp->d) {
@@ -237,6 +261,7 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
         }
         if (rc < 0)
             return rc;
+        drafted = true;
         L = dsv4_spec_policy_len(&sp->pol, conf, lmax);
     }
     rows[0] = anchor;
@@ -255,6 +280,8 @@ int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
         stash(sp, P, keep);
     double ns = sp->o.rows_as_cost ? 1e6 * (L + 1 + drafted) : (double)(dsv4_now_ns() - t0);
     dsv4_spec_policy_record(&sp->pol, L, conf, accepted, n_out, ns);
+    if (sp->trace)
+        trace_step(sp, P, index, anchor, drafted, ids, conf, L, accepted, out, n_out);
     return n_out;
 }
 

@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dspark.h"
 #include "engine.h"
@@ -59,6 +60,14 @@ int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err);
 int dsv4_spec_step(dsv4_spec *sp, int32_t anchor, int64_t index, int max_out,
                    dsv4_choose_fn choose, void *choose_ctx, int32_t *out, struct dsv4_err *err);
 void dsv4_spec_get_stats(const dsv4_spec *sp, struct dsv4_spec_stats *ret);
+/*
+ * Trace every step to f (NULL: off) as one JSON line: {"pos": P (the anchor's position),
+ * "index": the anchor's generated-token number, "anchor", "drafts": the proposed block (all
+ * gamma, [] on a plain step), "conf": their confidences, "verified": drafts verified, "accepted",
+ * "out": the tokens the step produced}. Drafts are checked, not only outputs: a drafter bug only
+ * slows speculation down (tests/py/test_dspark_trace.py compares them with the reference).
+ */
+void dsv4_spec_set_trace(dsv4_spec *sp, FILE *f);
 
 /* Parts of a step for a verifier elsewhere (the compute daemon serving the scheduler): */
 /* forward rows at the session's position, keeping their taps for the drafter; */

@@ -36,6 +36,7 @@ struct spec_run {
     dsv4_spec *sp;
     struct dsv4ctl_proposer prop;
     bool have_prop;
+    FILE *trace;            /* --dspark-trace */
 };
 
 static int spec_open(const struct engine_args *a, dsv4_engine *e, dsv4_session *s,
@@ -63,6 +64,14 @@ static int spec_open(const struct engine_args *a, dsv4_engine *e, dsv4_session *
         fprintf(stderr, "dsv4ctl run: --dspark: %s\n", err.msg);
         return DSV4_EXIT_USAGE;
     }
+    if (a->dspark_trace) {
+        if (!(r->trace = fopen(a->dspark_trace, "w"))) {
+            fprintf(stderr, "dsv4ctl run: --dspark-trace %s: %s\n", a->dspark_trace,
+                    strerror(errno));
+            return DSV4_EXIT_IOERR;
+        }
+        dsv4_spec_set_trace(r->sp, r->trace);
+    }
     return 0;
 }
 
@@ -70,6 +79,9 @@ static void spec_close(struct spec_run *r)
 {
     r->sp = dsv4_spec_free(r->sp);
     r->d = dsv4_drafter_free(r->d);
+    if (r->trace && fclose(r->trace) != 0)
+        fprintf(stderr, "dsv4ctl run: --dspark-trace: %s\n", strerror(errno));
+    r->trace = NULL;
     if (r->have_prop)
         dsv4ctl_proposer_free(&r->prop);
 }
@@ -81,6 +93,11 @@ int dsv4ctl_run(int argc, char **argv)
     if (rc) {
         engine_args_free(&a);
         return rc < 0 ? DSV4_EXIT_OK : rc;
+    }
+    if (a.dspark_trace && !a.dspark) {
+        fprintf(stderr, "dsv4ctl run: --dspark-trace needs --dspark\n");
+        engine_args_free(&a);
+        return DSV4_EXIT_USAGE;
     }
     dsv4_engine *e;
     dsv4_session *s;

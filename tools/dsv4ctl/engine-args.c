@@ -45,7 +45,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
            O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK, O_PROGRESS, O_NO_PROGRESS,
-           O_DSPARK, O_NO_DSPARK, O_PROPOSER, O_VERIFY, O_NO_QUENCH };
+           O_DSPARK, O_NO_DSPARK, O_PROPOSER, O_VERIFY, O_NO_QUENCH, O_TRACE };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
@@ -69,6 +69,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         { "dspark-proposer", required_argument, NULL, O_PROPOSER },
         { "dspark-verify", required_argument, NULL, O_VERIFY },
         { "dspark-no-quench", no_argument, NULL, O_NO_QUENCH },
+        { "dspark-trace", required_argument, NULL, O_TRACE },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -173,6 +174,11 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                 goto bad_flag;
             a->dspark_no_quench = true;
             break;
+        case O_TRACE:
+            if (!generate)
+                goto bad;
+            a->dspark_trace = optarg;
+            break;
         case 'h':
             printf("usage: dsv4ctl %s --model DIR (--prompt-ids ID,ID,... | [--prompt] TEXT "
                    "[--chat] [--think|--no-think]) %s[--format text|%s] "
@@ -180,7 +186,7 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
                    generate ? "ids" : "tsv",
                    generate ? " [--progress|--no-progress] [--dspark|--no-dspark] [--dspark-verify N]"
-                              " [--dspark-no-quench] [--dspark-proposer replay:FILE[:err=N,..|all]"
+                              " [--dspark-no-quench] [--dspark-trace FILE] [--dspark-proposer replay:FILE[:err=N,..|all]"
                               "[:agree=P][:conf=C][:draft]] (test-only)" : "");
             return -1;
         case ':':

@@ -36,6 +36,7 @@ struct engine_args {
     const char *proposer;       /* --dspark-proposer SPEC (test-only; implies --dspark) */
     int dspark_verify;          /* --dspark-verify N: fixed verify length; 0 = policy */
     bool dspark_no_quench;      /* --dspark-no-quench */
+    const char *dspark_trace;   /* --dspark-trace FILE: one JSON line per step (run) */
 };
 
 /* Parses argv[1..] and encodes a text prompt; returns 0 or a DSV4_EXIT_*
