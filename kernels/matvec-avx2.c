@@ -92,13 +92,13 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 /* 16 ymm registers: a direct tile holds R1 × nx × 2 accumulators, a buffered
  * one R × NX (one half per pass) */
 #define TILE_R1 2
-#define TILE_RG_FP8 1
+#define TILE_RG 1
 #define TILE_R1_FP4 4
 
 #define TILE_NXD 4
 #define TILE_R 2
 #define TILE_NX 6
-#define TILE_BUF_FROM (NXC + 1)
+#define TILE_BUF_FROM 16
 #define TILE_NT 4
 
 #include "matvec-tile.h"

@@ -84,7 +84,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 /* 32 zmm registers: a direct tile holds R1 × nx accumulators, a buffered one
  * R × NX; 4 rows measured faster than 8 for single-row FP8 calls */
 #define TILE_R1 4
-#define TILE_RG_FP8 2
+#define TILE_RG 2
 #define TILE_R1_FP4 8
 #define TILE_NXD 2
 #define TILE_R 4

@@ -31,7 +31,7 @@
  *                      16 packed bytes → 32 weights in column order, e2m1·s
  *   bf16_dec16(p, out) 16 bf16 → fp32
  *   TILE_R1, TILE_R1_FP4  weight rows per tile in the direct path (one activation row)
- *   TILE_RG_FP8        FP8 weight rows per tile in the direct path (several)
+ *   TILE_RG            weight rows per tile in the direct path (several activation rows)
  *   TILE_R, TILE_NX    weight × activation rows of a buffered register tile
  *   TILE_NXD           activation rows of a direct-path register tile (<= 4)
  *   TILE_BUF_FROM      activation rows from which the buffered path runs
@@ -68,7 +68,7 @@ struct wrow {
 /* 2^(e-127) for the E8M0 bytes of the FP4 fast order (e <= DSV4_FP4_FAST_MAX) */
 static inline float fp4_scale(uint8_t e)
 {
-    return dsv4_f32_from_bits(e ? (uint32_t)e << 23 : 0x00400000u);
+    return dsv4_f32_from_bits((uint32_t)e << 23 | (uint32_t)(e == 0) << 22);
 }
 
 /* 16 consecutive weights of row `w` at column k (SRC_BUF: chunk offset k) */
@@ -173,23 +173,22 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
                 for (int h = 0; h < NH; h++)
                     p[r][n][h] = SRC == SRC_FP8 ? vf_zero() : c[r][n][h];
         for (uint32_t t = b0; t < b1; t += STEP) {
-            vf wv[RMAX][32 / VL];
+            /* row by row: only one row's decoded weights live at a time, the x loads
+             * (L1) fold into the fmas */
             for (int r = 0; r < R; r++) {
+                vf wv[32 / VL];
                 if ((t & PFM) == 0)
                     PREFETCH_T1((const uint8_t *)w[r].p + (size_t)t / 16 * WB + pfd);
                 if (SRC == SRC_FP4)
                     fp4_dec32((const uint8_t *)w[r].p + t / 2, fp4_tab_make(fp4_scale(w[r].e[t / 32])),
-                              wv[r]);
+                              wv);
                 else
-                    wdec16(SRC, &w[r], t, wv[r]);
+                    wdec16(SRC, &w[r], t, wv);
+                for (int n = 0; n < NX; n++)
+                    for (int v = 0; v < STEP / VL; v++)
+                        p[r][n][v % NH] =
+                            vf_fma(wv[v], vf_load(x + n * ldx + t + v * VL), p[r][n][v % NH]);
             }
-            for (int n = 0; n < NX; n++)
-                for (int v = 0; v < STEP / VL; v++) {
-                    vf xv = vf_load(x + n * ldx + t + v * VL);
-                    __asm__("" : "+x"(xv));
-                    for (int r = 0; r < R; r++)
-                        p[r][n][v % NH] = vf_fma(wv[r][v], xv, p[r][n][v % NH]);
-                }
         }
         for (int r = 0; r < R; r++) {
             if (SRC != SRC_FP8) {
@@ -387,8 +386,8 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
                 fp8_rows(TILE_R1, 1, w, xc, nc, yc, ldy, i, CHECK);
         } else if (nc < TILE_BUF_FROM) {
             /* partials and sums of a block both in registers: fewer rows per tile */
-            for (; i + TILE_RG_FP8 <= row_end; i += TILE_RG_FP8)
-                fp8_rows(TILE_RG_FP8, 1, w, xc, nc, yc, ldy, i, CHECK);
+            for (; i + TILE_RG <= row_end; i += TILE_RG)
+                fp8_rows(TILE_RG, 1, w, xc, nc, yc, ldy, i, CHECK);
         } else {
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
                 fp8_rows(TILE_R, TILE_NT, w, xc, nc, yc, ldy, i, CHECK);
@@ -456,7 +455,7 @@ INLINE void fp4_matvec(const struct dsv4_fp4_weight *w, const float *x, size_t n
         const size_t nc = nx - n0 < NXC ? nx - n0 : NXC;
         const float *xc = x + n0 * w->cols;
         float *yc = y + n0 * ldy;
-        const int direct = nc < TILE_BUF_FROM, R = direct ? TILE_R1_FP4 : TILE_R;
+        const int direct = nc < TILE_BUF_FROM, R = !direct ? TILE_R : nc == 1 ? TILE_R1_FP4 : TILE_RG;
         uint32_t i = row_begin;
         while (i < row_end) {
             if (!direct && i + TILE_R * TILE_NT <= row_end &&
@@ -465,8 +464,10 @@ INLINE void fp4_matvec(const struct dsv4_fp4_weight *w, const float *x, size_t n
                           i);
                 i += TILE_R * TILE_NT;
             } else if (i + (uint32_t)R <= row_end && fp4_rows_fast(w, i, R)) {
-                if (direct)
+                if (direct && nc == 1)
                     lane_rows(SRC_FP4, TILE_R1_FP4, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
+                else if (direct)
+                    lane_rows(SRC_FP4, TILE_RG, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
                 else
                     lane_rows(SRC_FP4, TILE_R, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
                 i += (uint32_t)R;
@@ -492,9 +493,12 @@ INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t
         const float *xc = x + n0 * w->cols;
         float *yc = y + n0 * ldy;
         uint32_t i = row_begin;
-        if (nc < TILE_BUF_FROM) {
+        if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
                 lane_rows(SRC_BF16, TILE_R1, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+        } else if (nc < TILE_BUF_FROM) {
+            for (; i + TILE_RG <= row_end; i += TILE_RG)
+                lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
         } else {
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
                 lane_rows(SRC_BF16, TILE_R, TILE_NT, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
