@@ -3,18 +3,23 @@
  * The one tiling of the SIMD twins, included by matvec-avx2.c and
  * matvec-avx512.c after they define their vector primitives (list below).
  *
- * A call covers weight rows [row_begin, row_end) and nx activation rows. Weight
- * rows go R at a time; activation rows in passes of up to NXC whose
- * accumulators (16 lanes per output) live in a stack array. Along K the rows
- * are walked in chunks (the FP8 scale block, else KC columns). With few
- * activation rows (nx <= NXD) each chunk is decoded straight into registers
- * and applied; with more, the R × chunk weights are decoded ONCE into an
- * L1-resident fp32 buffer and applied from there to every activation row of
- * the pass, NX rows per register tile. Either way every (weight row,
- * activation row) output sees exactly the operation sequence of the scalar
- * definition (kernels-internal.h, docs/numerics.md): lane j of a chunk only
- * ever takes the columns ≡ j (mod 16) in ascending order, so the result does
- * not depend on nx, on R or on which path ran.
+ * A call covers weight rows [row_begin, row_end) and nx activation rows, in
+ * passes of up to NXC activation rows; within a pass the weight rows go tile
+ * by tile, so a weight row is read from DRAM once per pass (the old tiling
+ * streamed it once per 4 activation rows). Two paths:
+ *  - direct (pass of fewer than TILE_BUF_FROM rows): a tile of R weight rows
+ *    is decoded into registers row by row and applied to up to TILE_NXD
+ *    activation rows at a time, accumulators in registers over the whole row;
+ *    further groups re-decode the tile's weights from L1;
+ *  - buffered: along K in chunks (the FP8 scale block, else KC columns) the
+ *    chunk of R weight rows is decoded ONCE into an L1 fp32 buffer and applied
+ *    to every activation row of the pass in R × TILE_NX register tiles; the
+ *    x chunk is packed (rows of x lie 4 KiB multiples apart) and NT tiles
+ *    share it; accumulators (16 lanes per output) live in a stack array.
+ * Either way every (weight row, activation row) output sees exactly the
+ * operation sequence of the scalar definition (kernels-internal.h,
+ * docs/numerics.md): lane j only ever takes the columns ≡ j (mod 16) in
+ * ascending order, so the result does not depend on nx, on R or on the path.
  *
  * A definition lane j lives in vector half j / VL (AVX2 has two 8-lane halves,
  * AVX-512 one 16-lane vector). From the buffer the halves are separate
