@@ -46,6 +46,12 @@ static void matvec_fp8_c(const struct dsv4_fp8_weight *w, const float *x, size_t
             y[r * ldy + i] = fp8_row(w, i, x + r * w->cols);
 }
 
+/* e2m1(code)·2^(e-127) rounded to fp32: exact for e <= DSV4_FP4_FAST_MAX */
+static float fp4_weight(uint8_t code, uint8_t e)
+{
+    return dsv4_e2m1_to_f32(code) * dsv4_e8m0_to_f32(e);
+}
+
 static float fp4_row(const struct dsv4_fp4_weight *w, uint32_t i, const float *x)
 {
     const uint32_t kblocks = w->cols / 32;
@@ -55,11 +61,23 @@ static float fp4_row(const struct dsv4_fp4_weight *w, uint32_t i, const float *x
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint8_t *b = wr + kb * 16;
         const float *xb = x + kb * 32;
-        float s = dsv4_e8m0_to_f32(sr[kb]);
-        for (int j = 0; j < DSV4_LANES; j++) {
-            float p = dsv4_e2m1_to_f32(b[j] & 0x0F) * xb[2 * j];
-            p = fmaf(dsv4_e2m1_to_f32(b[j] >> 4), xb[2 * j + 1], p);
-            acc[j] = fmaf(p, s, acc[j]);
+        const uint8_t e = sr[kb];
+        if (e <= DSV4_FP4_FAST_MAX) {
+            /* the scaled weight is exact: one fma per element, lane k mod 16 */
+            for (int k = 0; k < 32; k++) {
+                uint8_t code = k & 1 ? b[k / 2] >> 4 : b[k / 2] & 0x0F;
+                acc[k % DSV4_LANES] = fmaf(fp4_weight(code, e), xb[k], acc[k % DSV4_LANES]);
+            }
+        } else {
+            /* w·s could overflow: the block's two lane partials, then × s */
+            const float s = dsv4_e8m0_to_f32(e);
+            for (int j = 0; j < DSV4_LANES; j++) {
+                uint8_t c0 = j & 1 ? b[j / 2] >> 4 : b[j / 2] & 0x0F;
+                uint8_t c1 = j & 1 ? b[8 + j / 2] >> 4 : b[8 + j / 2] & 0x0F;
+                float p = dsv4_e2m1_to_f32(c0) * xb[j];
+                p = fmaf(dsv4_e2m1_to_f32(c1), xb[16 + j], p);
+                acc[j] = fmaf(p, s, acc[j]);
+            }
         }
     }
     return dsv4_lane_reduce(acc);

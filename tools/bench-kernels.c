@@ -2,8 +2,10 @@
 /*
  * Kernel benchmark (not a test): matvec time per call at the real Flash
  * shapes for every available twin, on one thread and on all threads, weight
- * GB/s, the machine's DRAM read bandwidth measured in the same run, and the
- * ratio of the two; plus the dispatch latency of the thread pool (and of an
+ * GB/s and multiply-adds per second, and their shares of two ceilings
+ * measured in the same run: the DRAM read ceiling (a STREAM-like multi-stream
+ * SIMD read with prefetch) and the FMA peak (independent FMA chains of the
+ * widest vector unit); plus the dispatch latency of the thread pool (and of an
  * OpenMP parallel region, when built with OpenMP, for comparison).
  *
  * Weights come from an arena much larger than the last-level cache (1280 MiB
@@ -48,26 +50,133 @@ struct read_job {
     uint64_t sink[64];
 };
 
+/*
+ * The read ceiling: a STREAM-like read of [p, p + len) as READ_STREAMS
+ * interleaved sequential streams (each an equal slice), 256-bit loads where the
+ * CPU has AVX2, software prefetch PF_AHEAD bytes ahead in every stream. Several
+ * streams keep more lines in flight than one; no kernel reads weights faster
+ * than this on the same data.
+ */
+#define READ_STREAMS 8
+#define PF_AHEAD 1024
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+__attribute__((target("avx2"))) static uint64_t read_range_avx2(const uint8_t *p, size_t len)
+{
+    const size_t slice = len / READ_STREAMS / 64 * 64;
+    __m256i acc[READ_STREAMS];
+    for (int s = 0; s < READ_STREAMS; s++)
+        acc[s] = _mm256_setzero_si256();
+    for (size_t i = 0; i < slice; i += 64)
+        for (int s = 0; s < READ_STREAMS; s++) {
+            const uint8_t *q = p + (size_t)s * slice + i;
+            _mm_prefetch((const char *)(q + PF_AHEAD), _MM_HINT_T0);
+            acc[s] = _mm256_add_epi64(acc[s], _mm256_load_si256((const __m256i *)q));
+            acc[s] = _mm256_add_epi64(acc[s], _mm256_load_si256((const __m256i *)(q + 32)));
+        }
+    uint64_t r = 0;
+    for (int s = 0; s < READ_STREAMS; s++) {
+        uint64_t v[4];
+        _mm256_storeu_si256((__m256i *)v, acc[s]);
+        r += v[0] + v[1] + v[2] + v[3];
+    }
+    return r;
+}
+#endif
+
 static uint64_t read_range(const uint8_t *p, size_t len)
 {
-#if defined(__SSE2__)
-    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 64 <= len; i += 64) {
-        a0 = _mm_add_epi64(a0, _mm_load_si128((const __m128i *)(p + i)));
-        a1 = _mm_add_epi64(a1, _mm_load_si128((const __m128i *)(p + i + 16)));
-        a2 = _mm_add_epi64(a2, _mm_load_si128((const __m128i *)(p + i + 32)));
-        a3 = _mm_add_epi64(a3, _mm_load_si128((const __m128i *)(p + i + 48)));
-    }
-    a0 = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
-    return (uint64_t)_mm_cvtsi128_si64(a0);
-#else
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        return read_range_avx2(p, len);
+#endif
     const uint64_t *q = (const uint64_t *)(const void *)p;
     uint64_t a[8] = {0};
     for (size_t i = 0; i + 8 <= len / 8; i += 8)
         for (int k = 0; k < 8; k++)
             a[k] += q[i + k];
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+/* ---- FMA peak: independent fused multiply-add chains, lanes · chains per step ---- */
+
+#define FMA_STEPS 20000000L
+
+#if defined(__x86_64__)
+#define FMA12(T, f)                                                                                \
+    a0 = f(a0, b, c), a1 = f(a1, b, c), a2 = f(a2, b, c), a3 = f(a3, b, c), a4 = f(a4, b, c),      \
+    a5 = f(a5, b, c), a6 = f(a6, b, c), a7 = f(a7, b, c), a8 = f(a8, b, c), a9 = f(a9, b, c),      \
+    a10 = f(a10, b, c), a11 = f(a11, b, c)
+
+__attribute__((target("avx2,fma"))) static float fma_avx2(long steps)
+{
+    __m256 a0 = _mm256_set1_ps(0.5f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.0005f);
+    for (long i = 0; i < steps; i++)
+        FMA12(__m256, _mm256_fmadd_ps);
+    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    return _mm256_cvtss_f32(a0);
+}
+
+__attribute__((target("avx512f"))) static float fma_avx512(long steps)
+{
+    __m512 a0 = _mm512_set1_ps(0.5f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const __m512 b = _mm512_set1_ps(0.999f), c = _mm512_set1_ps(0.0005f);
+    for (long i = 0; i < steps; i++)
+        FMA12(__m512, _mm512_fmadd_ps);
+    a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                       _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    return _mm512_reduce_add_ps(a0);
+}
 #endif
+
+struct fma_job {
+    int lanes;
+    long steps;
+    volatile float sink[64];
+};
+
+static void fma_share(void *ctx, int worker, int n_workers)
+{
+    struct fma_job *j = ctx;
+    (void)n_workers;
+#if defined(__x86_64__)
+    j->sink[worker] = j->lanes == 16 ? fma_avx512(j->steps) : fma_avx2(j->steps);
+#else
+    j->sink[worker] = 0;
+#endif
+}
+
+/* multiply-adds per second of the widest FMA this CPU has, on every worker of
+ * the pool (best of 3); 0 when none */
+static double fma_peak_gmacs(dsv4_pool *pool, int *lanes_out)
+{
+    int lanes = 0;
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f"))
+        lanes = 16;
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        lanes = 8;
+#endif
+    *lanes_out = lanes;
+    if (!lanes)
+        return 0;
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        struct fma_job j = {.lanes = lanes, .steps = FMA_STEPS / (lanes / 8)};
+        uint64_t t0 = dsv4_now_ns();
+        dsv4_pool_run(pool, fma_share, &j);
+        double g = (double)j.steps * 12 * lanes * dsv4_pool_size(pool) / (double)(dsv4_now_ns() - t0);
+        if (g > best)
+            best = g;
+    }
+    return best;
 }
 
 static void read_share(void *ctx, int worker, int n_workers)
@@ -362,37 +471,50 @@ int main(int argc, char **argv)
     dsv4_pool *one = dsv4_pool_new(1), *all = dsv4_pool_new(threads);
     double bw1 = dram_read_gbs(one, c.arena, arena_len);
     double bwn = dram_read_gbs(all, c.arena, arena_len);
-    printf("DRAM read (%zu MiB buffer, best of 3): 1 thread %.2f GB/s, %d threads %.2f GB/s\n",
-           arena_len >> 20, bw1, threads, bwn);
+    int lanes;
+    double pk1 = fma_peak_gmacs(one, &lanes), pkn = fma_peak_gmacs(all, &lanes);
+    printf("read ceiling (%d-stream SIMD read with prefetch, %zu MiB, best of 3): 1 thread %.2f GB/s,"
+           " %d threads %.2f GB/s\n",
+           READ_STREAMS, arena_len >> 20, bw1, threads, bwn);
+    printf("FMA peak (%d-lane fp32 FMAs, 12 chains, best of 3): 1 thread %.2f GMAC/s, %d threads"
+           " %.2f GMAC/s\n",
+           lanes, pk1, threads, pkn);
     printf("pool dispatch latency (empty job, %d threads): %.2f us\n", threads,
            pool_latency_us(all));
 #ifdef _OPENMP
     printf("OpenMP parallel region latency (empty, %d threads): %.2f us\n", threads,
            omp_latency_us(threads));
 #endif
-    printf("nx = %zu activation row(s); GB/s counts weight + scale bytes; read GB/s = plain reads\n"
-           "of as many fresh bytes, alternated with the calls (same conditions); ratio = GB/s /"
-           " read GB/s\n\n",
+    printf("nx = %zu activation row(s); GB/s counts weight + scale bytes once per call; of read ="
+           " GB/s over\nplain reads of as many fresh bytes alternated with the calls (same"
+           " conditions); of ceiling = GB/s\nover the read ceiling above; GMAC/s = rows·cols·nx"
+           " per second, of peak = over the FMA peak\n\n",
            nx);
-    printf("| shape | isa | 1 thr ms | GB/s | read GB/s | ratio | %d thr ms | GB/s | read GB/s | "
-           "ratio |\n",
-           threads);
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("| shape | isa | threads | ms | GB/s | of read | of ceiling | GMAC/s | of peak |\n");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
     for (size_t si = 0; si < DSV4_ARRAY_SIZE(shapes); si++) {
         const struct shape *s = &shapes[si];
-        double bytes = (double)(weight_bytes(s) + scale_bytes(s));
+        const double bytes = (double)(weight_bytes(s) + scale_bytes(s));
+        const double macs = (double)s->rows * s->cols * (double)nx;
         for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
             const struct dsv4_kernel_ops *ops = dsv4_kernel_ops_for((enum dsv4_isa)isa);
             if (!ops || !want[isa])
                 continue;
             dsv4_kernels_force((enum dsv4_isa)isa);
-            struct timing t1 = time_calls(&c, s, NULL, one, ops, x, nx, y);
-            struct timing tn = time_calls(&c, s, all, all, ops, x, nx, y);
-            double g1 = bytes / t1.call_s * 1e-9, gn = bytes / tn.call_s * 1e-9;
-            double r1 = bytes / t1.read_s * 1e-9, rn = bytes / tn.read_s * 1e-9;
-            printf("| %s | %s | %.3f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f |\n", s->name,
-                   ops->name, t1.call_s * 1e3, g1, r1, g1 / r1, tn.call_s * 1e3, gn, rn, gn / rn);
-            fflush(stdout);
+            for (int pass = 0; pass < 2; pass++) {
+                const int thr = pass ? threads : 1;
+                if (pass && threads == 1)
+                    break;
+                struct timing t = pass ? time_calls(&c, s, all, all, ops, x, nx, y)
+                                       : time_calls(&c, s, NULL, one, ops, x, nx, y);
+                const double g = bytes / t.call_s * 1e-9, r = bytes / t.read_s * 1e-9;
+                const double m = macs / t.call_s * 1e-9, ceil = pass ? bwn : bw1;
+                const double peak = pass ? pkn : pk1;
+                printf("| %s | %s | %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", s->name,
+                       ops->name, thr, t.call_s * 1e3, g, g / r, g / ceil, m,
+                       peak > 0 ? m / peak : 0.0);
+                fflush(stdout);
+            }
         }
     }
     dsv4_pool_free(one);

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Small shared math of the forward pass: threaded linears over the native
- * weight formats (output rows split across the pool; each worker runs every
- * activation row of the chunk so a weight row is read once per chunk),
+ * Small shared math of the forward pass: the linears over the native weight
+ * formats (kernels/matvec-mt.h: output rows split across the pool, each worker
+ * running every activation row of the chunk),
  * activation fake-quant wrappers, RMSNorm, RoPE with YaRN, Hadamard.
  * Rounding points follow spec §16.4.
  */
@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "matvec-mt.h"
 #include "util.h"
 
 void engine_track(dsv4_engine *e, void *p, size_t bytes)
@@ -22,84 +23,29 @@ void engine_track(dsv4_engine *e, void *p, size_t bytes)
     e->allocs[e->n_allocs++] = p;
 }
 
-enum mv_kind { MV_FP8, MV_FP4, MV_BF16 };
-
-struct mv_job {
-    enum mv_kind kind;
-    const void *w;
-    const float *x;
-    size_t nx;
-    float *y;
-    size_t ldy;
-    uint32_t begin, end;
-    const struct dsv4_kernel_ops *ops;
-};
-
-static void mv_worker(void *ctx, int worker, int n_workers)
-{
-    const struct mv_job *j = ctx;
-    unsigned long b, en;
-    dsv4_pool_split(j->end - j->begin, 16, worker, n_workers, &b, &en);
-    if (b >= en)
-        return;
-    b += j->begin;
-    en += j->begin;
-    switch (j->kind) {
-    case MV_FP8:
-        if (((const struct dsv4_fp8_weight *)j->w)->nan_free)
-            j->ops->matvec_fp8_nanfree(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b,
-                                       (uint32_t)en);
-        else
-            j->ops->matvec_fp8(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
-        break;
-    case MV_FP4:
-        j->ops->matvec_fp4(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
-        break;
-    case MV_BF16:
-        j->ops->matvec_bf16(j->w, j->x, j->nx, j->y, j->ldy, (uint32_t)b, (uint32_t)en);
-        break;
-    }
-}
-
-/* Below this many multiply-adds a pool round trip costs more than it saves. */
-#define PARALLEL_MIN_MACS (1u << 20)
-
-static void run_mv(dsv4_engine *e, enum mv_kind k, const void *w, uint32_t begin, uint32_t end,
-                   const float *x, int n, float *y, size_t ldy)
-{
-    struct mv_job j = { k, w, x, (size_t)n, y, ldy, begin, end, dsv4_kernel_ops() };
-    if (n <= 0 || begin >= end)
-        return;
-    uint32_t cols = k == MV_FP8    ? ((const struct dsv4_fp8_weight *)w)->cols
-                    : k == MV_FP4  ? ((const struct dsv4_fp4_weight *)w)->cols
-                                   : ((const struct dsv4_bf16_weight *)w)->cols;
-    uint64_t macs = (uint64_t)(end - begin) * cols * (uint64_t)n;
-    if (dsv4_pool_size(e->pool) == 1 || end - begin < 64 || macs < PARALLEL_MIN_MACS)
-        mv_worker(&j, 0, 1);
-    else
-        dsv4_pool_run(e->pool, mv_worker, &j);
-}
+/* The linears are the threaded kernels of kernels/matvec-mt.c (what bench-kernels
+ * measures): rows split over the pool, small calls on the caller. */
 
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y)
 {
-    run_mv(e, MV_FP8, w, 0, w->rows, x, n, y, w->rows);
+    dsv4_matvec_fp8_mt(e->pool, w, x, n > 0 ? (size_t)n : 0, y, w->rows);
 }
 
 void linear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n, float *y)
 {
-    run_mv(e, MV_FP4, w, 0, w->rows, x, n, y, w->rows);
+    dsv4_matvec_fp4_mt(e->pool, w, x, n > 0 ? (size_t)n : 0, y, w->rows);
 }
 
 void linear_bf16(dsv4_engine *e, const struct dsv4_bf16_weight *w, const float *x, int n,
                  float *y)
 {
-    run_mv(e, MV_BF16, w, 0, w->rows, x, n, y, w->rows);
+    dsv4_matvec_bf16_mt(e->pool, w, x, n > 0 ? (size_t)n : 0, y, w->rows);
 }
 
 void linear_fp8_range(dsv4_engine *e, const struct dsv4_fp8_weight *w, uint32_t begin,
                       uint32_t end, const float *x, int n, float *y, size_t ldy)
 {
-    run_mv(e, MV_FP8, w, begin, end, x, n, y, ldy);
+    dsv4_matvec_fp8_range_mt(e->pool, w, begin, end, x, n > 0 ? (size_t)n : 0, y, ldy);
 }
 
 static void quant_rows(float *xq, const float *x, int n, uint32_t cols)

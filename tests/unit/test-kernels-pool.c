@@ -132,8 +132,9 @@ static uint64_t rnd(void)
 static void test_matvec_mt_bitwise(void **state)
 {
     (void)state;
+    /* ≥ 2^20 multiply-adds and ≥ 64 rows: the wrappers really split over the pool */
     const uint32_t rows = 301, cols = 384;
-    const size_t nx = 3;
+    const size_t nx = 10;
     uint8_t *w8 = malloc((size_t)rows * cols), *s8 = malloc(3 * 3);
     uint8_t *w4 = malloc((size_t)rows * cols / 2), *s4 = malloc((size_t)rows * cols / 32);
     uint16_t *wb = malloc((size_t)rows * cols * 2);
