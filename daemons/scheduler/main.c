@@ -25,6 +25,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,7 @@ struct sched {
     dsv4_tokenizer *tok;
     int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
     int64_t max_ctx;            /* positions a request may need (the plan's sessions) */
+    FILE *trace;                /* --dspark-trace: one JSON line per verify step, or NULL */
     struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */
     uint32_t prefill_rows;
     struct req *prefilling;     /* the request the prefill gauges describe */
@@ -417,7 +419,23 @@ static void verify_result(struct sched *s, struct req *r, int64_t before,
     int keep, acc;
     uint32_t L = r->spec.verify_l;
     uint64_t q0 = r->spec.pol.st.quench_events;
+    int32_t anchor = r->toks[before];     /* compute held every token but this one */
+    uint32_t n_draft = r->spec.n_draft;
     int n = spec_verify(&r->spec, rows, res->n_rows, s->eos, out, &keep, &acc);
+    if (s->trace) {     /* the keys of `dsv4ctl run --dspark-trace`, plus the request */
+        fprintf(s->trace, "{\"req\":%llu,\"pos\":%lld,\"index\":%u,\"anchor\":%d,\"drafts\":[",
+                (unsigned long long)r->id, (long long)before, r->n_gen, (int)anchor);
+        for (uint32_t i = 0; i < n_draft; i++)
+            fprintf(s->trace, "%s%d", i ? "," : "", (int)r->spec.ids[i]);
+        fprintf(s->trace, "],\"conf\":[");
+        for (uint32_t i = 0; i < n_draft; i++)
+            fprintf(s->trace, "%s%.6g", i ? "," : "", (double)r->spec.conf[i]);
+        fprintf(s->trace, "],\"verified\":%u,\"accepted\":%d,\"out\":[", L, acc);
+        for (int i = 0; i < n; i++)
+            fprintf(s->trace, "%s%d", i ? "," : "", (int)out[i]);
+        fprintf(s->trace, "]}\n");
+        fflush(s->trace);
+    }
     atomic_fetch_add(&s->d.stats->spec_verify_steps, 1);
     atomic_fetch_add(&s->d.stats->spec_proposed, L);
     atomic_fetch_add(&s->d.stats->spec_accepted, (uint64_t)acc);
@@ -620,7 +638,7 @@ static void on_peer(void *ctx, int role)
 }
 
 struct args {
-    const char *model, *run_dir;
+    const char *model, *run_dir, *trace;
     int max_active, queue;
     int64_t max_ctx;            /* 0: the default, capped by the model */
     bool dspark;
@@ -629,7 +647,7 @@ struct args {
 static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] [--max-active N] "
-                    "[--queue N] [--max-ctx N] [--dspark]\n");
+                    "[--queue N] [--max-ctx N] [--dspark] [--dspark-trace FILE]\n");
 }
 
 static int parse_argv(int argc, char **argv, struct args *a)
@@ -641,6 +659,7 @@ static int parse_argv(int argc, char **argv, struct args *a)
         { "queue", required_argument, NULL, 'q' },
         { "dspark", no_argument, NULL, 'D' },
         { "max-ctx", required_argument, NULL, 'c' },
+        { "dspark-trace", required_argument, NULL, 'T' },
         { 0 },
     };
     const char *me = "dsv4-scheduler";
@@ -654,6 +673,7 @@ static int parse_argv(int argc, char **argv, struct args *a)
             break;
         case 'q': r = dsv4_parse_int_opt(me, "queue", optarg, 0, 1 << 16, &a->queue); break;
         case 'D': a->dspark = true; break;
+        case 'T': a->trace = optarg; break;
         case 'c':
             if ((r = dsv4_parse_i64(optarg, 1, 2 * (int64_t)DSV4_WIRE_MAX_TOKENS, &a->max_ctx)) < 0)
                 fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [1, %d]\n", me, optarg,
@@ -731,6 +751,16 @@ static int run(const struct args *a)
         goto out;
     }
     s.eos = cfg.eos_token_id;
+    if (a->trace) {     /* appended to: a restarted scheduler goes on in the same file */
+        int tfd = open(a->trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (tfd < 0 || !(s.trace = fdopen(tfd, "a"))) {
+            dsv4_log_error("scheduler", "--dspark-trace %s: %s", a->trace, strerror(errno));
+            if (tfd >= 0)
+                close(tfd);
+            rc = DSV4_EXIT_CONFIG;
+            goto out;
+        }
+    }
     s.max_ctx = a->max_ctx ? a->max_ctx : DSV4_DEFAULT_MAX_CTX;
     if (cfg.max_position_embeddings > 0)
         s.max_ctx = DSV4_MIN(s.max_ctx, cfg.max_position_embeddings);
@@ -770,6 +800,8 @@ out:    /* every path: each free takes NULL */
         zmq_close(s.compute);
     dsv4_daemon_fini(&s.d);
     dsv4_tokenizer_free(s.tok);
+    if (s.trace)
+        fclose(s.trace);
     free(s.reqs);
     dsv4_zin_free(&s.in);
     dsv4_wire_buf_free(&s.out);

@@ -29,7 +29,8 @@ static void usage(void)
             "       [--budget-bytes N] [--cache-bytes N] [--session-bytes N]\n"
             "       [--drafter-cache-bytes N] [--sessions N] [--max-ctx N]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
-            "       [--watchdog-s N] [--stall-s N] [--dspark] [--foreground] [--ready-fd FD]\n"
+            "       [--watchdog-s N] [--stall-s N] [--dspark [--dspark-trace FILE]] [--foreground]\n"
+            "       [--ready-fd FD]\n"
             "       [--api-addr HOST:PORT [--api-required] | --no-api] [--api-key-file FILE]\n"
             "(normally started by `dsv4ctl start`, which makes the memory plan)\n");
 }
@@ -53,6 +54,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "watchdog-s", required_argument, NULL, 'w' },
         { "stall-s", required_argument, NULL, 'x' },
         { "dspark", no_argument, NULL, 'd' },
+        { "dspark-trace", required_argument, NULL, 'T' },
         { "foreground", no_argument, NULL, 'f' },
         { "ready-fd", required_argument, NULL, 'y' },
         { "api-addr", required_argument, NULL, 'A' },
@@ -96,6 +98,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
             break;
         case 'x': r = dsv4_parse_double_opt(me, "stall-s", optarg, 0, 1e7, &o->stall_s); break;
         case 'd': o->dspark = true; break;
+        case 'T': o->dspark_trace = optarg; break;
         case 'f': o->foreground = true; break;
         case 'y': r = dsv4_parse_int_opt(me, "ready-fd", optarg, 3, 1 << 20, ready_fd); break;
         case 'A': o->api_addr = optarg; break;

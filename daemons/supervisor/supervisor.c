@@ -155,6 +155,10 @@ static int spawn(struct sv *s, struct child *c)
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
             *a++ = "--dspark";
+        if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark_trace) {
+            *a++ = "--dspark-trace";
+            *a++ = (char *)s->o->dspark_trace;
+        }
         char lfd[16];
         if (c->role == DSV4_ROLE_API) {     /* our socket, inherited past exec (no CLOEXEC) */
             snprintf(lfd, sizeof(lfd), "%d", fcntl(s->api_fd, F_DUPFD, 20));

@@ -34,6 +34,7 @@ struct supervisor_opts {
      * compute when its progress counter stays still for stall_s while it has work. */
     double watchdog_s, stall_s;
     bool dspark;            /* --dspark: compute loads the drafter, the scheduler speculates */
+    const char *dspark_trace;   /* --dspark-trace FILE: the scheduler's verify steps (JSON lines) */
     /* dsv4-api (daemons/api): HOST:PORT it serves (NULL: --no-api), bound here and passed as
      * --listen-fd; a busy default only warns, an address asked for must work. */
     const char *api_addr;

@@ -542,7 +542,10 @@ def dspark():
     env = daemon_env()
     env["DSV4_TEST_FORWARD_DELAY_MS"] = "40"   # a 64-token generation lasts ~0.6 s
     env["DSV4_TEST_DSPARK_VERIFY"] = "5"
-    st = start("--dspark", env=env)
+    trace = os.path.join(scratch, "e2e-dspark-trace.jsonl")
+    if os.path.exists(trace):
+        os.unlink(trace)
+    st = start("--dspark", "--dspark-trace", trace, env=env)
     try:
         for pr in g["prompts"]:
             ids = ",".join(map(str, pr["tokens"][:pr["prompt_len"]]))
@@ -558,6 +561,33 @@ def dspark():
         sch = daemon(st2, "scheduler")
         assert sch["spec_verify_steps"] > 0 and 0 < sch["spec_accepted"] <= sch["spec_proposed"], sch
         print(f"# {len(g['prompts'])} golden prompts identical; scheduler {sch}")
+        # the daemon set's trace: one line per verify step, the acceptance rule visible in it
+        # (accepted drafts are the drafts, the first rejected one differs), and the drafts
+        # those of `dsv4ctl run --dspark-trace` at the same positions (same drafter, same taps)
+        steps = [json.loads(x) for x in open(trace)]
+        with open(os.path.join(model, "config.json")) as fh:
+            eos = json.load(fh)["eos_token_id"]
+        assert len(steps) == sch["spec_verify_steps"], (len(steps), sch)
+        for t in steps:
+            v, a = t["verified"], t["accepted"]
+            assert 1 <= v <= len(t["drafts"]) and 0 <= a <= v and len(t["out"]) >= a, t
+            assert t["out"][:a] == t["drafts"][:a], t
+            # an accepted EOS ends the list where it is (nothing after it is emitted)
+            ended = a >= 1 and t["out"][a - 1] == eos and len(t["out"]) == a
+            assert ended or a == v or (len(t["out"]) == a + 1 and t["out"][a] != t["drafts"][a]), t
+        pr = g["prompts"][0]
+        ids = ",".join(map(str, pr["tokens"][:pr["prompt_len"]]))
+        rtrace = os.path.join(scratch, "e2e-dspark-run-trace.jsonl")
+        run_ref(ids, int(g["n_greedy"]), "--dspark", "--dspark-verify", "5", "--dspark-no-quench",
+                "--dspark-trace", rtrace)
+        by_pos = {t["pos"]: t["drafts"] for t in map(json.loads, open(rtrace)) if t["drafts"]}
+        first_req = steps[0]["req"]
+        mine = [t for t in steps if t["req"] == first_req]
+        common = [t for t in mine if t["pos"] in by_pos]
+        assert common, (mine[:3], list(by_pos)[:5])
+        for t in common:
+            assert t["drafts"] == by_pos[t["pos"]], (t, by_pos[t["pos"]])
+        print(f"# trace: {len(steps)} verify steps; {len(common)} positions match run's drafts")
         # kill -9 of compute while speculative steps run
         prompt = "0,140,9,103,6,127"
         ref = run_ref(prompt, 64, "--no-dspark")

@@ -85,6 +85,7 @@ int dsv4ctl_start(int argc, char **argv)
         { "watchdog-s", required_argument, NULL, 'w' },
         { "stall-s", required_argument, NULL, 'S' },
         { "dspark", no_argument, NULL, 'D' },
+        { "dspark-trace", required_argument, NULL, 'T' },
         { "api-addr", required_argument, NULL, 'A' },
         { "no-api", no_argument, NULL, 'a' },
         { "api-key-file", required_argument, NULL, 'K' },
@@ -94,7 +95,7 @@ int dsv4ctl_start(int argc, char **argv)
     };
     const char *me = "dsv4ctl start", *model = NULL, *run_dir = NULL;
     const char *metrics_addr = DSV4_METRICS_DEFAULT_ADDR, *watchdog = "30", *stall = "600";
-    const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL;
+    const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL, *dspark_trace = NULL;
     bool metrics_explicit = false, api_explicit = false, fg = false, dspark = false;
     int threads = dsv4ctl_default_threads(), sessions = 0, r = 0, c;
     double memory_gb = 0, tmp;
@@ -115,6 +116,7 @@ int dsv4ctl_start(int argc, char **argv)
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
         case 'f': fg = true; break;
         case 'D': dspark = true; break;
+        case 'T': dspark_trace = optarg; break;
         case 'E': dspark = false; break;
         case 'M':
             metrics_addr = optarg;
@@ -140,7 +142,7 @@ int dsv4ctl_start(int argc, char **argv)
                    "[--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
-                   "       [--dspark|--no-dspark] [--api-addr HOST:PORT (default "
+                   "       [--dspark [--dspark-trace FILE]|--no-dspark] [--api-addr HOST:PORT (default "
                    DSV4_API_DEFAULT_ADDR ") | --no-api] [--api-key-file FILE]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
                    "               see `dsv4ctl plan`\n");
@@ -221,6 +223,17 @@ int dsv4ctl_start(int argc, char **argv)
     add(&a, stall);
     if (dspark)
         add(&a, "--dspark");
+    char trace_abs[DSV4_PATH_MAX];
+    if (dspark_trace) {     /* the supervisor runs elsewhere: an absolute path */
+        if (dspark_trace[0] == '/' || !getcwd(trace_abs, sizeof(trace_abs)) ||
+            strlen(trace_abs) + strlen(dspark_trace) + 2 > sizeof(trace_abs))
+            snprintf(trace_abs, sizeof(trace_abs), "%s", dspark_trace);
+        else
+            snprintf(trace_abs + strlen(trace_abs), sizeof(trace_abs) - strlen(trace_abs), "/%s",
+                     dspark_trace);
+        add(&a, "--dspark-trace");
+        add(&a, trace_abs);
+    }
     fflush(NULL);
     if (fg) {
         add(&a, "--foreground");
