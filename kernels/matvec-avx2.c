@@ -99,6 +99,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 #define TILE_R 2
 #define TILE_NX 6
 #define TILE_BUF_FROM 16
+#define TILE_BUF_FROM_FP8 (NXC + 1)
 #define TILE_NT 4
 
 #include "matvec-tile.h"

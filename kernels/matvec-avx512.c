@@ -90,6 +90,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define TILE_R 4
 #define TILE_NX 6
 #define TILE_BUF_FROM 3
+#define TILE_BUF_FROM_FP8 3
 #define TILE_NT 2
 
 #include "matvec-tile.h"

@@ -39,7 +39,7 @@
  *   TILE_RG            weight rows per tile in the direct path (several activation rows)
  *   TILE_R, TILE_NX    weight × activation rows of a buffered register tile
  *   TILE_NXD           activation rows of a direct-path register tile (<= 4)
- *   TILE_BUF_FROM      activation rows from which the buffered path runs
+ *   TILE_BUF_FROM, TILE_BUF_FROM_FP8  activation rows from which the buffered path runs
  *   PREFETCH_T1(p)
  */
 #ifndef VL
@@ -323,7 +323,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
     const int RB = R * NT;
-    if (nc < TILE_BUF_FROM) {
+    if (nc < TILE_BUF_FROM_FP8) {
         struct wrow raw[RMAX];
         int nan_row[RMAX];
         for (int r = 0; r < R; r++) {
@@ -389,7 +389,7 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
         if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
                 fp8_rows(TILE_R1, 1, w, xc, nc, yc, ldy, i, CHECK);
-        } else if (nc < TILE_BUF_FROM) {
+        } else if (nc < TILE_BUF_FROM_FP8) {
             /* partials and sums of a block both in registers: fewer rows per tile */
             for (; i + TILE_RG <= row_end; i += TILE_RG)
                 fp8_rows(TILE_RG, 1, w, xc, nc, yc, ldy, i, CHECK);
