@@ -1006,12 +1006,14 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
-    logf = open(os.path.join(a.out, "train.log"), "w")
+    # --check-only reads a checkpoint (maybe the committed fixture): it writes nothing there
+    logf = None if a.check_only else open(os.path.join(a.out, "train.log"), "w")
 
     def log(msg):
         print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
+        if logf:
+            logf.write(msg + "\n")
+            logf.flush()
     t_start = time.time()
     if a.check_only:
         return check_only(a, log)
