@@ -359,7 +359,6 @@ class V4(torch.nn.Module):
         self.aux, self.loads = [], []
 
     def init(self, name, shape, g):
-        c = self.cfg
         leaf = name.split(".")[-1] if not name.endswith(".weight") else name.split(".")[-2]
 
         def normal(std):
@@ -493,9 +492,9 @@ class V4(torch.nn.Module):
         return fp4_act(x) if self.qat else x
 
     # -- attention ------------------------------------------------------------------------
-    def attention(self, p, a, pos, ratio, keys_extra=None):
+    def attention(self, p, a, pos, ratio):
         """a [B, T, d] at positions pos [T] (target layer; causal window + compressed rows)."""
-        c, H, D = self.cfg, self.H, self.D
+        H, D = self.H, self.D
         B, T, _ = a.shape
         freqs = self.freq_comp if ratio else self.freq_win
         qr = self.rms(self.qlinear(a, p + "attn.wq_a"), p + "attn.q_norm.weight")
@@ -590,8 +589,8 @@ class V4(torch.nn.Module):
             bias = self.params_[(p + "ffn.gate.bias").replace(".", "__")]
             sel = (scores.detach() + bias.detach()).topk(c["num_experts_per_tok"], -1).indices
             if self.training:
-                self.loads.append((p + "ffn.gate.bias",
-                                   torch.bincount(sel.reshape(-1), minlength=c["n_routed_experts"])))
+                cnt = torch.bincount(sel.reshape(-1), minlength=c["n_routed_experts"])
+                self.loads.append((p + "ffn.gate.bias", cnt))
         wts = scores.gather(-1, sel)
         wts = wts / wts.sum(-1, keepdim=True) * c["routed_scaling_factor"]
         y = torch.zeros_like(f)
@@ -1007,12 +1006,14 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     os.makedirs(a.out, exist_ok=True)
-    logf = open(os.path.join(a.out, "train.log"), "w")
+    # --check-only reads a checkpoint (maybe the committed fixture): it writes nothing there
+    logf = None if a.check_only else open(os.path.join(a.out, "train.log"), "w")
 
     def log(msg):
         print(msg, flush=True)
-        logf.write(msg + "\n")
-        logf.flush()
+        if logf:
+            logf.write(msg + "\n")
+            logf.flush()
     t_start = time.time()
     if a.check_only:
         return check_only(a, log)

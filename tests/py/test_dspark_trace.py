@@ -8,8 +8,9 @@ first difference; a difference where the reference's top-2 margin is below the f
 near-tie, any other fails; and the confidence of every compared slot is the reference's within
 CONF_TOL (argmax flips of a perturbed drafter fall on near-ties, its confidences move: each
 dspark_ref mutation fails here on both fixtures, 2026-12-03). Also: the trace's tokens are the
-printed ids, accepted <= verified, and each step's out list is its accepted drafts + one. Fixed verify length 5 without quench, so every
-step drafts; prompts of lengths 7 and 70 from the fixture's goldens, 32 tokens.
+printed ids, accepted <= verified, and each step's out list is its accepted drafts + one.
+Fixed verify length 5 without quench, so every step drafts; prompts of lengths 7 and 70 from
+the fixture's goldens, 32 tokens.
 
 usage: test_dspark_trace.py DSV4CTL SCRATCH_DIR FIXTURE_DIR..."""
 import json

@@ -186,7 +186,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                    argv[0], generate ? "[--max-tokens N] [--temperature T] [--seed S] " : "",
                    generate ? "ids" : "tsv",
                    generate ? " [--progress|--no-progress] [--dspark|--no-dspark] [--dspark-verify N]"
-                              " [--dspark-no-quench] [--dspark-trace FILE] [--dspark-proposer replay:FILE[:err=N,..|all]"
+                              " [--dspark-no-quench] [--dspark-trace FILE]"
+                              " [--dspark-proposer replay:FILE[:err=N,..|all]"
                               "[:agree=P][:conf=C][:draft]] (test-only)" : "");
             return -1;
         case ':':
