@@ -2,6 +2,9 @@
 # SPDX-License-Identifier: MIT
 """Train the demo fixture: a small DeepSeek-V4 model (+ DSpark drafter) on Jane Austen's novels.
 
+(One long file on purpose: the torch restatement of the reference's forward pass, the data,
+training and export are read together against tools/reference/dsv4ref.py.)
+
 Not a CI or user dependency: it needs Debian's python3-torch (CPU) and python3-regex, and the
 text of Debian's r-cran-janeaustenr package (`apt-get download r-cran-janeaustenr`; the novels
 are public domain, the package MIT). Steps, each recorded in DIR/README.md:

@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
+ * (Long: the request state machine — admission, the step loop, replay, the result handlers
+ * and the stop conditions — shares one request table; the DSpark half is already spec.c.
+ * Continuous batching, issue 16, is the moment to split the step loop out.)
+ *
  * dsv4-scheduler: the clients' endpoint. It admits GENERATE and SCORE
  * requests into a bounded queue (ERROR busy when full), runs up to
  * --max-active of them on compute sessions, samples, applies the stop
