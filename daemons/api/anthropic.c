@@ -127,28 +127,28 @@ static int assistant_tool_uses(struct api_req *r, const cJSON *c, const char *pa
 static int user_blocks(struct api_req *r, const cJSON *c, const char *param, size_t *cap,
                        struct api_error *e)
 {
-    struct sbuf text = { 0 };
+    struct dsv4_buf text = { 0 };
     bool have_text = false;
     for (const cJSON *b = c->child; b; b = b->next) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "type");
         if (!cJSON_IsObject(b) || !cJSON_IsString(t))
-            return sb_free(&text), api_bad(e, param, "%s: each block needs a 'type'", param);
+            return dsv4_buf_free(&text), api_bad(e, param, "%s: each block needs a 'type'", param);
         if (!strcmp(t->valuestring, "text")) {
             const cJSON *x = cJSON_GetObjectItemCaseSensitive(b, "text");
             if (!cJSON_IsString(x))
-                return sb_free(&text), api_bad(e, param, "%s: a text block needs 'text'", param);
-            sb_put(&text, x->valuestring, strlen(x->valuestring));
+                return dsv4_buf_free(&text), api_bad(e, param, "%s: a text block needs 'text'", param);
+            dsv4_buf_append(&text, x->valuestring, strlen(x->valuestring));
             have_text = true;
             continue;
         }
         if (strcmp(t->valuestring, "tool_result"))
-            return sb_free(&text), api_bad(e, param, "%s: block type '%.40s' is not supported",
+            return dsv4_buf_free(&text), api_bad(e, param, "%s: block type '%.40s' is not supported",
                                            param, t->valuestring);
         if (have_text) {
             struct dsv4_chat_msg *u = push(r, cap);
             u->role = "user";
             u->content = api_own(r, text.p);
-            text = (struct sbuf){ 0 };
+            text = (struct dsv4_buf){ 0 };
             have_text = false;
         }
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
@@ -157,14 +157,14 @@ static int user_blocks(struct api_req *r, const cJSON *c, const char *param, siz
         tm->tool_call_id = cJSON_IsString(id) ? id->valuestring : NULL;
         const cJSON *rc = cJSON_GetObjectItemCaseSensitive(b, "content");
         if (rc && !cJSON_IsNull(rc) && blocks(r, rc, param, false, &tm->content, NULL, e) < 0)
-            return sb_free(&text), -1;
+            return dsv4_buf_free(&text), -1;
     }
     if (have_text) {
         struct dsv4_chat_msg *u = push(r, cap);
         u->role = "user";
         u->content = api_own(r, text.p);
     } else {
-        sb_free(&text);
+        dsv4_buf_free(&text);
     }
     return 0;
 }
@@ -370,7 +370,7 @@ static cJSON *message(const struct gen *g, const struct api_meta *m, bool final)
     return o;
 }
 
-static void a_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void a_start(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     cJSON *ev = cJSON_CreateObject();
     cJSON_AddStringToObject(ev, "type", "message_start");
@@ -379,7 +379,7 @@ static void a_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
     m->block = -1;
 }
 
-static void close_block(struct sbuf *o, struct api_meta *m)
+static void close_block(struct dsv4_buf *o, struct api_meta *m)
 {
     if (!m->block_open)
         return;
@@ -399,7 +399,7 @@ static void close_block(struct sbuf *o, struct api_meta *m)
     m->block_open = false;
 }
 
-static void open_block(struct sbuf *o, struct api_meta *m, bool reasoning)
+static void open_block(struct dsv4_buf *o, struct api_meta *m, bool reasoning)
 {
     if (m->block_open && m->block_reasoning == reasoning)
         return;
@@ -417,7 +417,7 @@ static void open_block(struct sbuf *o, struct api_meta *m, bool reasoning)
     m->block_reasoning = reasoning;
 }
 
-static void a_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
+static void a_piece(struct dsv4_buf *o, const struct gen *g, struct api_meta *m, bool reasoning,
                     const char *p, size_t n)
 {
     open_block(o, m, reasoning);
@@ -449,7 +449,7 @@ static cJSON *tool_use(const struct gen *g, int i, bool empty_input)
     return b;
 }
 
-static void a_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void a_finish(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     if (!g->n_calls && (!m->block_open || m->block_reasoning))  /* a text block at least */
         open_block(o, m, false);
@@ -513,7 +513,7 @@ static cJSON *a_error_obj(const struct api_error *e)
     return o;
 }
 
-static void a_error(struct sbuf *o, const struct api_error *e)
+static void a_error(struct dsv4_buf *o, const struct api_error *e)
 {
     sb_sse(o, "error", a_error_obj(e));
 }
@@ -528,30 +528,30 @@ static char *a_error_body(const struct api_error *e)
 
 static char *a_body(struct gen *g, struct api_meta *m)
 {
-    struct sbuf rs = { 0 }, cs = { 0 };
+    struct dsv4_buf rs = { 0 }, cs = { 0 };
     const char *p;
     size_t n;
     bool r;
     while (gen_take(g, &p, &n, &r))
-        sb_put(r ? &rs : &cs, p, n);
+        dsv4_buf_append(r ? &rs : &cs, p, n);
     cJSON *o = message(g, m, true), *content = cJSON_GetObjectItemCaseSensitive(o, "content");
     if (m->req->chat.thinking) {
         cJSON *b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "type", "thinking");
-        cJSON_AddItemToObject(b, "thinking", api_json_strn(rs.p ? rs.p : "", rs.n));
+        cJSON_AddItemToObject(b, "thinking", api_json_strn(rs.p ? rs.p : "", rs.len));
         cJSON_AddStringToObject(b, "signature", "");
         cJSON_AddItemToArray(content, b);
     }
-    if (!g->n_calls || cs.n) {
+    if (!g->n_calls || cs.len) {
         cJSON *b = cJSON_CreateObject();
         cJSON_AddStringToObject(b, "type", "text");
-        cJSON_AddItemToObject(b, "text", api_json_strn(cs.p ? cs.p : "", cs.n));
+        cJSON_AddItemToObject(b, "text", api_json_strn(cs.p ? cs.p : "", cs.len));
         cJSON_AddItemToArray(content, b);
     }
     for (int i = 0; i < g->n_calls; i++)
         cJSON_AddItemToArray(content, tool_use(g, i, false));
-    sb_free(&rs);
-    sb_free(&cs);
+    dsv4_buf_free(&rs);
+    dsv4_buf_free(&cs);
     char *t = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return t;

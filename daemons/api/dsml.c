@@ -42,9 +42,9 @@ static bool is(const char *seg, size_t n, const char *want)
 }
 
 /* Python json.dumps(s, ensure_ascii=False) of s[0..n). */
-static void json_str(struct sbuf *b, const char *s, size_t n)
+static void json_str(struct dsv4_buf *b, const char *s, size_t n)
 {
-    sb_put(b, "\"", 1);
+    dsv4_buf_append(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         char e[8];
@@ -52,15 +52,15 @@ static void json_str(struct sbuf *b, const char *s, size_t n)
                       : ch == '\r' ? "\\r" : ch == '\t' ? "\\t" : ch == '\b' ? "\\b"
                       : ch == '\f' ? "\\f" : NULL;
         if (x) {
-            sb_put(b, x, 2);
+            dsv4_buf_append(b, x, 2);
         } else if (ch < 0x20) {
             snprintf(e, sizeof(e), "\\u%04x", ch);
-            sb_put(b, e, 6);
+            dsv4_buf_append(b, e, 6);
         } else {
-            sb_put(b, (const char *)&s[i], 1);
+            dsv4_buf_append(b, (const char *)&s[i], 1);
         }
     }
-    sb_put(b, "\"", 1);
+    dsv4_buf_append(b, "\"", 1);
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -90,8 +90,8 @@ static int invoke(struct cur *c, struct api_tool_call *out)
     if (stop < 0 || n < 9 || memcmp(seg, "name=\"", 6) || memcmp(seg + n - 3, "\">\n", 3))
         return -1;
     out->name = dup_n(seg + 6, n - 9);
-    struct sbuf args = { 0 };
-    sb_put(&args, "{", 1);
+    struct dsv4_buf args = { 0 };
+    dsv4_buf_append(&args, "{", 1);
     char **seen = NULL;
     size_t n_seen = 0;
     int rc = 0;
@@ -119,18 +119,18 @@ static int invoke(struct cur *c, struct api_tool_call *out)
         seen = dsv4_xrealloc(seen, (n_seen + 1) * sizeof(*seen));
         seen[n_seen++] = dup_n(seg + 7, name_len);
         if (n_seen > 1)
-            sb_put(&args, ", ", 2);
+            dsv4_buf_append(&args, ", ", 2);
         json_str(&args, seg + 7, name_len);
-        sb_put(&args, ": ", 2);
+        dsv4_buf_append(&args, ": ", 2);
         if (str)
             json_str(&args, val, val_len);
         else
-            sb_put(&args, val, val_len);
+            dsv4_buf_append(&args, val, val_len);
         stop = read_until(c, name_stops, 2, &seg, &n);
         if (stop < 0 || !is(seg, n, ">\n"))
             rc = -1;
     }
-    sb_put(&args, "}", 1);
+    dsv4_buf_append(&args, "}", 1);
     for (size_t i = 0; i < n_seen; i++)
         free(seen[i]);
     free(seen);

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
+#include "buf.h"
 #include "gen.h"
 #include "log.h"
 #include "util.h"
@@ -138,10 +139,7 @@ int gen_begin(struct gen *g, struct api_ctx *c, const struct api_req *r, int cli
 
 static void append(struct gen *g, const char *p, size_t n)
 {
-    if (g->len + n + 1 > g->cap) {
-        g->cap = (g->len + n + 1) * 2;
-        g->text = dsv4_xrealloc(g->text, g->cap);
-    }
+    DSV4_GROW(g->text, g->cap, g->len + n + 1);
     memcpy(g->text + g->len, p, n);
     size_t old = g->len;
     g->len += n;

@@ -30,7 +30,7 @@ static atomic_bool stopping;
 
 struct conn {                   /* per request, until MHD completes it */
     enum route route;
-    struct sbuf body;
+    struct dsv4_buf body;
     bool too_big;
 };
 
@@ -40,7 +40,7 @@ struct stream {                 /* a streamed response, owned by MHD's callback 
     struct gen g;
     struct api_meta meta;
     const struct api_writer *w;
-    struct sbuf out;
+    struct dsv4_buf out;
     size_t off;
     bool finished;
     uint64_t last_out;
@@ -187,14 +187,14 @@ static void pump(struct stream *s)
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     struct stream *s = cls;
-    while (s->off == s->out.n) {
-        s->off = s->out.n = 0;
+    while (s->off == s->out.len) {
+        s->off = s->out.len = 0;
         if (s->finished) {
             deadline_back(s->conn, s->c);
             return MHD_CONTENT_READER_END_OF_STREAM;
         }
         pump(s);
-        if (s->out.n)
+        if (s->out.len)
             break;
         struct api_error e;
         int r = atomic_load(&stopping)
@@ -208,10 +208,10 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             s->finished = true;
             count(s->c, e.status);
         } else if (r == 0 && dsv4_now_ns() - s->last_out > KEEPALIVE_NS) {
-            sb_put(&s->out, ": keep-alive\n\n", 14);
+            dsv4_buf_append(&s->out, ": keep-alive\n\n", 14);
         }
     }
-    size_t n = DSV4_MIN(max, s->out.n - s->off);
+    size_t n = DSV4_MIN(max, s->out.len - s->off);
     memcpy(buf, s->out.p + s->off, n);
     s->off += n;
     s->last_out = dsv4_now_ns();
@@ -226,18 +226,18 @@ static void stream_free(void *cls)
     atomic_fetch_sub(&s->c->stats->active, 1);
     gen_end(&s->g);
     api_req_free(&s->req);
-    sb_free(&s->out);
+    dsv4_buf_free(&s->out);
     free(s);
 }
 
-static int parse(enum route rt, const struct sbuf *b, struct api_req *r, struct api_error *e)
+static int parse(enum route rt, const struct dsv4_buf *b, struct api_req *r, struct api_error *e)
 {
     const char *p = b->p ? b->p : "";
     if (rt == R_CHAT)
-        return api_parse_chat(p, b->n, r, e);
+        return api_parse_chat(p, b->len, r, e);
     if (rt == R_COMPLETIONS)
-        return api_parse_completion(p, b->n, r, e);
-    return api_parse_messages(p, b->n, r, e);
+        return api_parse_completion(p, b->len, r, e);
+    return api_parse_messages(p, b->len, r, e);
 }
 
 static enum MHD_Result generate(struct MHD_Connection *conn, struct api_ctx *c, struct conn *st)
@@ -429,10 +429,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size) {
-        if (st->body.n + *upload_size > c->max_body)
+        if (st->body.len + *upload_size > c->max_body)
             st->too_big = true;
         if (!st->too_big)
-            sb_put(&st->body, upload, *upload_size);
+            dsv4_buf_append(&st->body, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -455,7 +455,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
     struct conn *st = *state;
     if (!st)
         return;
-    sb_free(&st->body);
+    dsv4_buf_free(&st->body);
     free(st);
     *state = NULL;
 }

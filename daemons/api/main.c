@@ -24,7 +24,7 @@
 #include <zmq.h>
 
 #include "api.h"
-#include "api_listen.h"
+#include "tcp_listen.h"
 #include "chat.h"
 #include "config.h"
 #include "daemon.h"
@@ -61,7 +61,7 @@ static int setup(struct api_ctx *c, const char *model, const char *key_file, int
 {
     if (key_file && !(c->api_key = read_key(key_file, err)))
         return -EINVAL;
-    if (!c->api_key && !dsv4_api_fd_is_loopback(fd))
+    if (!c->api_key && !dsv4_fd_is_loopback(fd))
         return dsv4_errf(err, -EPERM, "refusing to serve a non-loopback address without "
                                       "--api-key-file");
     char real[DSV4_PATH_MAX];

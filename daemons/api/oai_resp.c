@@ -10,62 +10,45 @@
 #include "resp.h"
 #include "util.h"
 
-void sb_put(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->p = dsv4_xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-}
-
-void sb_free(struct sbuf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
-
-void sb_sse(struct sbuf *b, const char *event, cJSON *obj)
+void sb_sse(struct dsv4_buf *b, const char *event, cJSON *obj)
 {
     char *t = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (event) {
-        sb_put(b, "event: ", 7);
-        sb_put(b, event, strlen(event));
-        sb_put(b, "\n", 1);
+        dsv4_buf_append(b, "event: ", 7);
+        dsv4_buf_append(b, event, strlen(event));
+        dsv4_buf_append(b, "\n", 1);
     }
-    sb_put(b, "data: ", 6);
-    sb_put(b, t, strlen(t));
-    sb_put(b, "\n\n", 2);
+    dsv4_buf_append(b, "data: ", 6);
+    dsv4_buf_append(b, t, strlen(t));
+    dsv4_buf_append(b, "\n\n", 2);
     free(t);
 }
 
 /* Our own escaping: generated text may hold NUL bytes, which cJSON's C strings cannot. */
 cJSON *api_json_strn(const char *p, size_t n)
 {
-    struct sbuf b = { 0 };
-    sb_put(&b, "\"", 1);
+    struct dsv4_buf b = { 0 };
+    dsv4_buf_append(&b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)p[i];
         char esc[8];
         if (ch == '"' || ch == '\\') {
             esc[0] = '\\';
             esc[1] = (char)ch;
-            sb_put(&b, esc, 2);
+            dsv4_buf_append(&b, esc, 2);
         } else if (ch == '\n') {
-            sb_put(&b, "\\n", 2);
+            dsv4_buf_append(&b, "\\n", 2);
         } else if (ch < 0x20) {
             snprintf(esc, sizeof(esc), "\\u%04x", ch);
-            sb_put(&b, esc, 6);
+            dsv4_buf_append(&b, esc, 6);
         } else {
-            sb_put(&b, (const char *)&p[i], 1);
+            dsv4_buf_append(&b, (const char *)&p[i], 1);
         }
     }
-    sb_put(&b, "\"", 1);
+    dsv4_buf_append(&b, "\"", 1);
     cJSON *j = cJSON_CreateRaw(b.p);
-    sb_free(&b);
+    dsv4_buf_free(&b);
     return j;
 }
 
@@ -95,10 +78,10 @@ char *api_oai_error_body(const struct api_error *e)
     return t;
 }
 
-static void oai_error_event(struct sbuf *o, const struct api_error *e)
+static void oai_error_event(struct dsv4_buf *o, const struct api_error *e)
 {
     sb_sse(o, NULL, error_obj(e));
-    sb_put(o, "data: [DONE]\n\n", 14);
+    dsv4_buf_append(o, "data: [DONE]\n\n", 14);
 }
 
 static cJSON *usage(const struct gen *g)
@@ -256,7 +239,7 @@ static cJSON *chat_chunk(const struct api_meta *m, cJSON *delta, const char *fin
     return c;
 }
 
-static void chat_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void chat_start(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     cJSON *d = cJSON_CreateObject();
     cJSON_AddStringToObject(d, "role", "assistant");
@@ -264,7 +247,7 @@ static void chat_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
     sb_sse(o, NULL, chat_chunk(m, d, NULL, NULL));
 }
 
-static void chat_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
+static void chat_piece(struct dsv4_buf *o, const struct gen *g, struct api_meta *m, bool reasoning,
                        const char *p, size_t n)
 {
     cJSON *d = cJSON_CreateObject();
@@ -272,7 +255,7 @@ static void chat_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, 
     sb_sse(o, NULL, chat_chunk(m, d, NULL, chunk_logprobs(g, m, true)));
 }
 
-static void chat_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void chat_finish(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     if (g->n_calls) {
         cJSON *d = cJSON_CreateObject();
@@ -287,19 +270,19 @@ static void chat_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
         cJSON_AddItemToObject(c, "usage", usage(g));
         sb_sse(o, NULL, c);
     }
-    sb_put(o, "data: [DONE]\n\n", 14);
+    dsv4_buf_append(o, "data: [DONE]\n\n", 14);
 }
 
 /* All of the text gen_take() releases, by kind. */
-static void drain(struct gen *g, struct sbuf *reasoning, struct sbuf *content)
+static void drain(struct gen *g, struct dsv4_buf *reasoning, struct dsv4_buf *content)
 {
     const char *p;
     size_t n;
     bool r;
     while (gen_take(g, &p, &n, &r))
-        sb_put(r ? reasoning : content, p, n);
-    sb_put(reasoning, "", 0);
-    sb_put(content, "", 0);
+        dsv4_buf_append(r ? reasoning : content, p, n);
+    dsv4_buf_append(reasoning, "", 0);
+    dsv4_buf_append(content, "", 0);
 }
 
 static char *print_delete(cJSON *c)
@@ -311,20 +294,20 @@ static char *print_delete(cJSON *c)
 
 static char *chat_body(struct gen *g, struct api_meta *m)
 {
-    struct sbuf rs = { 0 }, cs = { 0 };
+    struct dsv4_buf rs = { 0 }, cs = { 0 };
     drain(g, &rs, &cs);
     cJSON *c = envelope(m, "chat.completion"), *ch = cJSON_AddArrayToObject(c, "choices");
     cJSON *x = cJSON_CreateObject(), *msg = cJSON_AddObjectToObject(x, "message");
     cJSON_AddNumberToObject(x, "index", 0);
     cJSON_AddStringToObject(msg, "role", "assistant");
-    if (g->n_calls && cs.n == 0)
+    if (g->n_calls && cs.len == 0)
         cJSON_AddNullToObject(msg, "content");
     else
-        cJSON_AddItemToObject(msg, "content", api_json_strn(cs.p, cs.n));
+        cJSON_AddItemToObject(msg, "content", api_json_strn(cs.p, cs.len));
     if (g->n_calls)
         cJSON_AddItemToObject(msg, "tool_calls", tool_calls(g, false));
     if (m->req->chat.thinking)
-        cJSON_AddItemToObject(msg, "reasoning_content", api_json_strn(rs.p, rs.n));
+        cJSON_AddItemToObject(msg, "reasoning_content", api_json_strn(rs.p, rs.len));
     if (m->req->logprobs)
         cJSON_AddItemToObject(x, "logprobs", chat_logprobs(g, 0, lp_end(g)));
     else
@@ -332,8 +315,8 @@ static char *chat_body(struct gen *g, struct api_meta *m)
     cJSON_AddStringToObject(x, "finish_reason", gen_finish_reason(g));
     cJSON_AddItemToArray(ch, x);
     cJSON_AddItemToObject(c, "usage", usage(g));
-    sb_free(&rs);
-    sb_free(&cs);
+    dsv4_buf_free(&rs);
+    dsv4_buf_free(&cs);
     return print_delete(c);
 }
 
@@ -359,20 +342,20 @@ static cJSON *text_chunk(const struct api_meta *m, const char *p, size_t n, cons
     return c;
 }
 
-static void text_start(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void text_start(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     const struct api_req *r = m->req;
     if (r->echo && r->prompt)
         sb_sse(o, NULL, text_chunk(m, r->prompt, r->prompt_len, NULL, NULL));
 }
 
-static void text_piece(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
+static void text_piece(struct dsv4_buf *o, const struct gen *g, struct api_meta *m, bool reasoning,
                        const char *p, size_t n)
 {
     sb_sse(o, NULL, text_chunk(m, p, n, NULL, chunk_logprobs(g, m, false)));
 }
 
-static void text_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
+static void text_finish(struct dsv4_buf *o, const struct gen *g, struct api_meta *m)
 {
     sb_sse(o, NULL, text_chunk(m, "", 0, gen_finish_reason(g), chunk_logprobs(g, m, false)));
     if (m->req->include_usage) {
@@ -381,19 +364,19 @@ static void text_finish(struct sbuf *o, const struct gen *g, struct api_meta *m)
         cJSON_AddItemToObject(c, "usage", usage(g));
         sb_sse(o, NULL, c);
     }
-    sb_put(o, "data: [DONE]\n\n", 14);
+    dsv4_buf_append(o, "data: [DONE]\n\n", 14);
 }
 
 static char *text_body(struct gen *g, struct api_meta *m)
 {
-    struct sbuf rs = { 0 }, cs = { 0 };
+    struct dsv4_buf rs = { 0 }, cs = { 0 };
     const struct api_req *r = m->req;
     if (r->echo && r->prompt)
-        sb_put(&cs, r->prompt, r->prompt_len);
+        dsv4_buf_append(&cs, r->prompt, r->prompt_len);
     drain(g, &rs, &cs);
     cJSON *c = envelope(m, "text_completion"), *ch = cJSON_AddArrayToObject(c, "choices");
     cJSON *x = cJSON_CreateObject();
-    cJSON_AddItemToObject(x, "text", api_json_strn(cs.p, cs.n));
+    cJSON_AddItemToObject(x, "text", api_json_strn(cs.p, cs.len));
     cJSON_AddNumberToObject(x, "index", 0);
     size_t off = 0;
     if (m->req->logprobs)
@@ -403,8 +386,8 @@ static char *text_body(struct gen *g, struct api_meta *m)
     cJSON_AddStringToObject(x, "finish_reason", gen_finish_reason(g));
     cJSON_AddItemToArray(ch, x);
     cJSON_AddItemToObject(c, "usage", usage(g));
-    sb_free(&rs);
-    sb_free(&cs);
+    dsv4_buf_free(&rs);
+    dsv4_buf_free(&cs);
     return print_delete(c);
 }
 

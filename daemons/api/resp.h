@@ -8,22 +8,18 @@
  */
 #pragma once
 
+#include "buf.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 
 #include "api_req.h"
 #include "gen.h"
 
-struct sbuf {
-    char *p;
-    size_t n, cap;
-};
-void sb_put(struct sbuf *b, const char *s, size_t n);
-void sb_free(struct sbuf *b);
 
 struct cJSON;
 /* "event: EVENT\n" (when not NULL) "data: <obj>\n\n"; deletes obj. */
-void sb_sse(struct sbuf *b, const char *event, struct cJSON *obj);
+void sb_sse(struct dsv4_buf *b, const char *event, struct cJSON *obj);
 /* A string with embedded length (text need not be NUL-terminated). */
 struct cJSON *api_json_strn(const char *p, size_t n);
 
@@ -40,11 +36,11 @@ struct api_meta {
 };
 
 struct api_writer {
-    void (*start)(struct sbuf *o, const struct gen *g, struct api_meta *m);
-    void (*piece)(struct sbuf *o, const struct gen *g, struct api_meta *m, bool reasoning,
+    void (*start)(struct dsv4_buf *o, const struct gen *g, struct api_meta *m);
+    void (*piece)(struct dsv4_buf *o, const struct gen *g, struct api_meta *m, bool reasoning,
                   const char *p, size_t n);
-    void (*finish)(struct sbuf *o, const struct gen *g, struct api_meta *m);
-    void (*error)(struct sbuf *o, const struct api_error *e);
+    void (*finish)(struct dsv4_buf *o, const struct gen *g, struct api_meta *m);
+    void (*error)(struct dsv4_buf *o, const struct api_error *e);
     /* the non-streamed response body (malloc'ed) */
     char *(*body)(struct gen *g, struct api_meta *m);
     /* an error response body (malloc'ed) */

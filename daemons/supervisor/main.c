@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "api_listen.h"
+#include "tcp_listen.h"
 #include "exitcode.h"
 #include "metrics.h"
 #include "parse.h"
@@ -114,7 +114,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         usage();
         return -EINVAL;
     }
-    if (o->api_addr && !o->api_key_file && !dsv4_api_addr_is_loopback(o->api_addr)) {
+    if (o->api_addr && !o->api_key_file && !dsv4_addr_is_loopback(o->api_addr)) {
         fprintf(stderr, "%s: --api-addr %s is not a loopback address: give --api-key-file\n", me,
                 o->api_addr);
         return -EINVAL;

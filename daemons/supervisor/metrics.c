@@ -15,6 +15,7 @@
 #include "dsv4-build.h"
 #include "dsv4-vcs.h"
 #include "metrics.h"
+#include "tcp_listen.h"
 
 struct dsv4_metrics {
     struct MHD_Daemon *mhd;
@@ -222,57 +223,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                    MHD_RESPMEM_MUST_FREE);
 }
 
-/* "HOST:PORT" or "[HOST]:PORT" → a listening socket. */
-static int listen_on(const char *addr, char *bound, size_t bound_n, struct dsv4_err *err)
-{
-    char host[256];
-    const char *colon = strrchr(addr, ':');
-    size_t hl = colon ? (size_t)(colon - addr) : 0;
-    if (!colon || hl == 0 || hl >= sizeof(host) || !colon[1])
-        return dsv4_errf(err, -EINVAL, "metrics address %s: expected HOST:PORT", addr);
-    memcpy(host, addr, hl);
-    host[hl] = '\0';
-    if (host[0] == '[' && host[hl - 1] == ']') {
-        memmove(host, host + 1, hl - 2);
-        host[hl - 2] = '\0';
-    }
-    struct addrinfo hints = { .ai_flags = AI_NUMERICSERV, .ai_socktype = SOCK_STREAM }, *ai;
-    int g = getaddrinfo(host, colon + 1, &hints, &ai);
-    if (g != 0)
-        return dsv4_errf(err, -EINVAL, "metrics address %s: %s", addr, gai_strerror(g));
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 16) < 0) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        freeaddrinfo(ai);
-        return dsv4_errf(err, -e, "metrics address %s: %s", addr, strerror(e));
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    char h[INET6_ADDRSTRLEN] = "?";
-    int port = 0;
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET6) {
-            const struct sockaddr_in6 *a = (const void *)&ss;
-            inet_ntop(AF_INET6, &a->sin6_addr, h, sizeof(h));
-            port = ntohs(a->sin6_port);
-        } else {
-            const struct sockaddr_in *a = (const void *)&ss;
-            inet_ntop(AF_INET, &a->sin_addr, h, sizeof(h));
-            port = ntohs(a->sin_port);
-        }
-    }
-    snprintf(bound, bound_n, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", h, port);
-    return fd;
-}
-
 int dsv4_metrics_start(const char *addr, const struct dsv4_view *v, struct dsv4_metrics **ret,
                        char *bound, size_t bound_n, struct dsv4_err *err)
 {
-    int fd = listen_on(addr, bound, bound_n, err);
+    int fd = dsv4_tcp_listen("metrics", addr, 16, bound, bound_n, err);
     if (fd < 0)
         return fd;
     struct dsv4_metrics *m = dsv4_xcalloc(1, sizeof(*m));

@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "api_listen.h"
+#include "tcp_listen.h"
 #include "daemon.h"
 #include "dsv4_wire.h"
 #include "exitcode.h"
@@ -503,7 +503,7 @@ static int start_api(struct sv *s, int *ready_fd)
     }
     snprintf(path, sizeof(path), "%s/api-addr", s->dir);
     struct dsv4_err err;
-    s->api_fd = dsv4_api_listen(s->o->api_addr, bound, sizeof(bound), &err);
+    s->api_fd = dsv4_tcp_listen("api", s->o->api_addr, 128, bound, sizeof(bound), &err);
     if (s->api_fd < 0) {
         c->present = false;
         if (s->o->api_explicit) {

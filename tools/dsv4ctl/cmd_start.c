@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "dsv4ctl.h"
-#include "api_listen.h"
+#include "tcp_listen.h"
 #include "err.h"
 #include "metrics.h"
 #include "parse.h"
@@ -156,7 +156,7 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "%s: --model DIR is required\n", me);
         return DSV4_EXIT_USAGE;
     }
-    if (api_addr && !api_key_file && !dsv4_api_addr_is_loopback(api_addr)) {
+    if (api_addr && !api_key_file && !dsv4_addr_is_loopback(api_addr)) {
         fprintf(stderr, "%s: --api-addr %s is not a loopback address: give --api-key-file\n",
                 me, api_addr);
         return DSV4_EXIT_USAGE;

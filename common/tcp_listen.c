@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The API's listening socket (api_listen.h). */
-#include "api_listen.h"
+/* Listening TCP sockets (tcp_listen.h). */
+#include "tcp_listen.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,7 +40,7 @@ static bool sa_loopback(const struct sockaddr *sa)
     return false;
 }
 
-bool dsv4_api_addr_is_loopback(const char *addr)
+bool dsv4_addr_is_loopback(const char *addr)
 {
     char host[256];
     const char *port;
@@ -56,31 +56,32 @@ bool dsv4_api_addr_is_loopback(const char *addr)
     return all;
 }
 
-bool dsv4_api_fd_is_loopback(int fd)
+bool dsv4_fd_is_loopback(int fd)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     return getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 && sa_loopback((struct sockaddr *)&ss);
 }
 
-int dsv4_api_listen(const char *addr, char *bound, size_t bound_n, struct dsv4_err *err)
+int dsv4_tcp_listen(const char *what, const char *addr, int backlog, char *bound,
+                    size_t bound_n, struct dsv4_err *err)
 {
     char host[256];
     const char *port;
     if (split(addr, host, sizeof(host), &port) < 0)
-        return dsv4_errf(err, -EINVAL, "api address %s: expected HOST:PORT", addr);
+        return dsv4_errf(err, -EINVAL, "%s address %s: expected HOST:PORT", what, addr);
     struct addrinfo hints = { .ai_flags = AI_NUMERICSERV, .ai_socktype = SOCK_STREAM }, *ai;
     int g = getaddrinfo(host, port, &hints, &ai);
     if (g != 0)
-        return dsv4_errf(err, -EINVAL, "api address %s: %s", addr, gai_strerror(g));
+        return dsv4_errf(err, -EINVAL, "%s address %s: %s", what, addr, gai_strerror(g));
     int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0) {
+        bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
         int e = errno;
         if (fd >= 0)
             close(fd);
         freeaddrinfo(ai);
-        return dsv4_errf(err, -e, "api address %s: %s", addr, strerror(e));
+        return dsv4_errf(err, -e, "%s address %s: %s", what, addr, strerror(e));
     }
     freeaddrinfo(ai);
     struct sockaddr_storage ss;
