@@ -438,6 +438,16 @@ static void cleanup(struct sv *s)
     }
 }
 
+/* RUN_DIR/metrics-addr or api-addr: whole or not at all (status and clients read it). */
+static void write_addr(const char *path, const char *bound)
+{
+    char line[160];
+    int n = snprintf(line, sizeof(line), "%s\n", bound);
+    struct dsv4_err err;
+    if (dsv4_write_file_atomic(path, line, (size_t)n, &err) < 0)
+        dsv4_log_warn("supervisor", "%s", err.msg);
+}
+
 /* The exporter runs on its own thread here: this process maps every stats page and outlives
  * the daemons. Started after the signal mask is set, so its thread inherits it. A busy default
  * address only warns (another set on this host has it); an address asked for must work. */
@@ -466,11 +476,7 @@ static int start_metrics(struct sv *s, int *ready_fd)
     }
     s->view.metrics_addr = bound;
     dsv4_log_info("supervisor", "metrics on http://%s/metrics", bound);
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fprintf(f, "%s\n", bound);
-        fclose(f);
-    }
+    write_addr(path, bound);
     return 0;
 }
 
@@ -514,11 +520,7 @@ static int start_api(struct sv *s, int *ready_fd)
         return 0;
     }
     dsv4_log_info("supervisor", "API on http://%s/v1", bound);
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fprintf(f, "%s\n", bound);
-        fclose(f);
-    }
+    write_addr(path, bound);
     return 0;
 }
 
