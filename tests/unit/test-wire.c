@@ -129,6 +129,24 @@ static void test_ranges(void **state)
             fail_msg("accepted: %s", bad[i].what);
         dsv4_wire_buf_free(&b);
     }
+    /* FETCHER_PIN: pin is 0 or 1, padding zero (layer and expert: the fetcher's to check) */
+    const struct { struct dsv4_msg_fetcher_pin p; bool ok; } pins[] = {
+        { { 1, 2, 3, 1, 0 }, true }, { { 1, 2, 3, 0, 0 }, true },
+        { { 1, 2, 3, 2, 0 }, false }, { { 1, 2, 3, 1, 7 }, false },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(pins); i++) {
+        struct dsv4_wire_buf fb = { 0 };
+        dsv4_wire_simple(&fb, DSV4_MSG_FETCHER_PIN, &pins[i].p, sizeof(pins[i].p));
+        assert_int_equal(decode(&fb, &m, &errc) == 0, pins[i].ok);
+        dsv4_wire_buf_free(&fb);
+    }
+    /* FORWARD rows whose positions would overflow int64 are refused, not computed */
+    struct { struct dsv4_msg_forward f; struct dsv4_wire_fwd_in r[2]; } fw = {
+        { 1, 2, 2, 0, 0, 0 }, { { 5, -1, INT64_MAX }, { 6, -1, INT64_MIN } } };
+    struct dsv4_wire_buf wb = { 0 };
+    dsv4_wire_simple(&wb, DSV4_MSG_FORWARD, &fw, sizeof(fw));
+    assert_int_not_equal(decode(&wb, &m, &errc), 0);
+    dsv4_wire_buf_free(&wb);
     /* PROGRESS: 1 <= total, done <= total */
     const struct dsv4_msg_progress progress[] = { { 7, 0, 10 }, { 7, 10, 10 }, { 7, 11, 10 },
                                                   { 7, 0, 0 } };
