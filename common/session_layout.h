@@ -73,7 +73,9 @@ struct dsv4_layer_layout {
     X(gx, float, (uint64_t)L->chunk * c->n_activated_experts * c->dim) /* gathered rows */    \
     X(g, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
     X(u, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
-    X(pooltmp, float, (uint64_t)2 * L->max_ratio)             /* pooling temp */
+    X(pooltmp, float, (uint64_t)2 * L->max_ratio)             /* pooling temp */          \
+    X(rpos, int64_t, (uint64_t)L->chunk)                      /* each row's position */   \
+    X(rtok, int32_t, (uint64_t)L->chunk)                      /* each row's token */
 
 struct dsv4_expert_weights;
 

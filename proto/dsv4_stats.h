@@ -41,6 +41,9 @@ _Static_assert(offsetof(struct dsv4_shm_hdr, epoch) == 32, "ABI");
     { 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, \
       10000000, 30000000, 60000000, 120000000, 600000000 }
 #define DSV4_HIST_N 16                  /* 15 bounds + Inf */
+/* Bounds of the count histograms (rows per step): powers of two, the same bucket count. */
+#define DSV4_COUNT_BOUNDS \
+    { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384 }
 
 struct dsv4_hist_shm {
     _Atomic uint64_t count, sum_us;
@@ -72,8 +75,13 @@ struct dsv4_stats_shm {
     _Atomic uint64_t mem_weights_bytes, mem_session_bytes, mem_scratch_bytes;
     /* supervisor: the plan's budget; hung daemons it killed (heartbeat watchdog) */
     _Atomic uint64_t mem_budget_bytes, watchdog_kills;
-    _Atomic uint64_t reserved[4];
+    /* compute, continuous batching: steps run, sessions summed over steps, routed-expert
+     * loads the step's union saved (each session alone would have leased its own) */
+    _Atomic uint64_t steps, step_sessions, experts_union_saved;
+    _Atomic uint64_t reserved[5];
     struct dsv4_hist_shm ttft, per_token, request;
+    struct dsv4_hist_shm queue_wait;    /* scheduler: from admission to the first step */
+    struct dsv4_hist_shm step_rows;     /* compute: rows per step, DSV4_COUNT_BOUNDS (sum_us: rows) */
 };
 _Static_assert(sizeof(struct dsv4_stats_shm) % 64 == 0, "whole lines");
 _Static_assert(offsetof(struct dsv4_stats_shm, pid) == 64, "ABI");

@@ -20,7 +20,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 
 #define DSV4_WIRE_MAGIC 0x34565344u     /* "DSV4" as bytes */
 #define DSV4_WIRE_ABI_MAJOR 1
-#define DSV4_WIRE_ABI_MINOR 1    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags */
+#define DSV4_WIRE_ABI_MINOR 2    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags; 2: FWD_MORE */
 #define DSV4_WIRE_MAX_BODY (64u << 20)  /* bigger frames are dropped unread */
 
 /* Range limits every decoder enforces (a hostile count cannot size an allocation). */
@@ -161,6 +161,10 @@ struct dsv4_msg_ack {           /* compute -> scheduler for open/close/snapshot/
 };
 #define DSV4_FWD_ALL_ROWS 1u    /* results for every row (verification, scoring), else last */
 #define DSV4_FWD_LOGITS 2u      /* ship the last row's logits (sampling) */
+/* More FORWARDs of this step follow: compute runs them all in one batched step when the
+ * FORWARD without MORE arrives (or any other message, or none for a while). Each still gets
+ * its own FORWARD_RESULT or ERROR. */
+#define DSV4_FWD_MORE 4u
 struct dsv4_wire_fwd_in {
     int32_t token;
     int32_t target;             /* token whose logprob to report, -1 = none */

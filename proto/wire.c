@@ -267,7 +267,7 @@ static int v_dsv4_msg_forward(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("FORWARD: n_rows %u out of range", b->n_rows);
     if (b->top_k > DSV4_WIRE_MAX_TOPK)
         return BAD("FORWARD: top_k %u > %d", b->top_k, DSV4_WIRE_MAX_TOPK);
-    if (b->flags & ~(DSV4_FWD_ALL_ROWS | DSV4_FWD_LOGITS))
+    if (b->flags & ~(DSV4_FWD_ALL_ROWS | DSV4_FWD_LOGITS | DSV4_FWD_MORE))
         return BAD("FORWARD: unknown flags 0x%x", b->flags);
     if (b->n_taps)
         return BAD("FORWARD: hidden-state taps not served yet (n_taps %u)", b->n_taps);

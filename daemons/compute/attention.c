@@ -42,7 +42,7 @@ static void attend_one(dsv4_session *s, int r, int h, const float *sink, float *
     const struct dsv4_config *c = &s->e->cfg;
     int D = c->head_dim, nv = s->s.nvis[r];
     const float *q = s->s.q + ((size_t)r * c->n_heads + h) * D;
-    const float **vis = s->s.vis + (size_t)r * (s->max_visible + s->ring_cap);
+    const float **vis = s->s.vis + (size_t)r * vis_stride(s);
     double *pv = (double *)(void *)tmp;
     float *acc = tmp + 2 * D, *sc = tmp + 3 * D;
     float scale = (float)c->attn_scale;
@@ -97,35 +97,36 @@ static void attn_worker(void *ctx, int worker, int n_workers)
 }
 
 /*
- * Index list of query t in the official decode layout: `window` slots oldest
- * first (empty slots, NULL, at the end until the window has filled), then
- * the compressed rows (HCA ascending; CSA in the indexer's order).
+ * Index list of row r (position t, session `st`'s state) in the official decode layout:
+ * `window` slots oldest first (empty slots, NULL, at the end until the window has filled),
+ * then the compressed rows (HCA ascending; CSA in the indexer's order). The list lives in
+ * the scratch holder bs.
  */
-static void build_visible(dsv4_session *s, int layer, int r, int64_t t)
+static void build_visible(dsv4_session *bs, const dsv4_session *st_s, int layer, int r, int64_t t)
 {
-    const struct dsv4_config *c = &s->e->cfg;
-    const struct layer_w *lw = &s->e->layers[layer];
-    const struct layer_state *st = &s->ls[layer];
-    const float **vis = s->s.vis + (size_t)r * (s->max_visible + s->ring_cap);
+    const struct dsv4_config *c = &bs->e->cfg;
+    const struct layer_w *lw = &bs->e->layers[layer];
+    const struct layer_state *st = &st_s->ls[layer];
+    const float **vis = bs->s.vis + (size_t)r * vis_stride(bs);
     int nv = 0, D = c->head_dim;
     int64_t p0 = t - c->window + 1 < 0 ? 0 : t - c->window + 1;
     for (int64_t p = p0; p < p0 + c->window; p++)
-        vis[nv++] = p <= t ? st->ring + (size_t)(p % s->ring_cap) * D : NULL;
+        vis[nv++] = p <= t ? st->ring + (size_t)(p % st_s->ring_cap) * D : NULL;
     if (lw->kind == DSV4_ATTN_HCA) {
         int64_t nrow = (t + 1) / lw->ratio;
         for (int64_t w = 0; w < nrow; w++)
             vis[nv++] = st->rows + (size_t)w * D;
     } else if (lw->kind == DSV4_ATTN_CSA) {
-        const int *sel = s->s.sel + (size_t)r * s->max_visible;
-        for (int i = 0; i < s->s.nsel[r]; i++)
+        const int *sel = bs->s.sel + (size_t)r * bs->max_visible;
+        for (int i = 0; i < bs->s.nsel[r]; i++)
             vis[nv++] = sel[i] < 0 ? NULL : st->rows + (size_t)sel[i] * D;
     }
-    s->s.nvis[r] = nv;
+    bs->s.nvis[r] = nv;
 }
 
-/* q rows of a chunk: LoRA query, q norm, per-head norm, RoPE (into sc->q; sc->qr kept). */
+/* q rows: LoRA query, q norm, per-head norm, RoPE at sc->rpos (into sc->q; sc->qr kept). */
 static void project_q(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
-                      const float *a, int n, int64_t pos0)
+                      const float *a, int n)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
@@ -138,12 +139,12 @@ static void project_q(dsv4_session *s, const struct layer_w *lw, const struct ro
         for (int h = 0; h < H; h++) {
             float *qh = sc->q + ((size_t)r * H + h) * D;
             head_norm_bf16(qh, D, (float)c->norm_eps);
-            rope_apply(rope, R / 2, qh + D - R, pos0 + r, false);
+            rope_apply(rope, R / 2, qh + D - R, sc->rpos[r], false);
         }
 }
 
 void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
-                       const float *a, int n, int64_t pos0, float *kv)
+                       const float *a, int n, float *kv)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
@@ -152,14 +153,14 @@ void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct r
     rmsnorm_rows(kv, kv, lw->kv_norm, n, D, (float)c->norm_eps);
     for (int r = 0; r < n; r++) {
         float *k = kv + (size_t)r * D;
-        rope_apply(rope, R / 2, k + D - R, pos0 + r, false);
+        rope_apply(rope, R / 2, k + D - R, s->s.rpos[r], false);
         dsv4_fp8_qdq(k, (size_t)(D - R), 64);
     }
 }
 
 /* Sink attention over the visible lists, inverse RoPE, grouped output LoRA. */
 static void attend_output(dsv4_session *s, const struct layer_w *lw,
-                          const struct rope_table *rope, int n, int64_t pos0, float *out)
+                          const struct rope_table *rope, int n, float *out)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
@@ -175,7 +176,7 @@ static void attend_output(dsv4_session *s, const struct layer_w *lw,
         dsv4_pool_run(e->pool, attn_worker, &job);
     for (int r = 0; r < n; r++)
         for (int h = 0; h < H; h++)
-            rope_apply(rope, R / 2, sc->o + ((size_t)r * H + h) * D + D - R, pos0 + r, true);
+            rope_apply(rope, R / 2, sc->o + ((size_t)r * H + h) * D + D - R, sc->rpos[r], true);
 
     /* grouped output LoRA: group g reads heads g*H/G.. as one wo_a_in vector; no act-quant */
     int G = c->o_groups, olr = c->o_lora_rank, in = c->wo_a_in;
@@ -190,34 +191,49 @@ static void attend_output(dsv4_session *s, const struct layer_w *lw,
     qlinear_fp8(e, &lw->wo_b, sc->low, n, sc->xq, out);
 }
 
-void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
-                     float *out)
+void attention_layer(dsv4_session *bs, const struct step_seg *seg, int n_seg, int layer,
+                     const float *a, int n, float *out)
 {
-    dsv4_engine *e = s->e;
+    dsv4_engine *e = bs->e;
     const struct dsv4_config *c = &e->cfg;
     const struct layer_w *lw = &e->layers[layer];
-    struct layer_state *st = &s->ls[layer];
-    struct scratch *sc = &s->s;
+    struct scratch *sc = &bs->s;
     int D = c->head_dim;
     const struct rope_table *rope = lw->kind == DSV4_ATTN_WINDOW ? &e->rope_plain : &e->rope_comp;
 
-    project_q(s, lw, rope, a, n, pos0);
-    attention_kv_rows(s, lw, rope, a, n, pos0, sc->kv);
-    for (int r = 0; r < n; r++)
-        memcpy(st->ring + (size_t)((pos0 + r) % s->ring_cap) * D, sc->kv + (size_t)r * D,
-               (size_t)D * sizeof(float));
-    if (lw->kind == DSV4_ATTN_CSA) {
-        compressor_append(s, &lw->icomp, st->icin, st->cin_cap, st->irows, c->index_head_dim,
-                          true, a, n, pos0, rope);
-        indexer_select(s, layer, a, sc->qr, n, pos0);
+    /* the projections run over every row of every session at once (weights read once) */
+    project_q(bs, lw, rope, a, n);
+    attention_kv_rows(bs, lw, rope, a, n, sc->kv);
+    for (int i = 0; i < n_seg; i++) {
+        const struct step_seg *g = &seg[i];
+        struct layer_state *st = &g->s->ls[layer];
+        for (int r = 0; r < g->n; r++)
+            memcpy(st->ring + (size_t)((g->pos0 + r) % g->s->ring_cap) * D,
+                   sc->kv + (size_t)(g->r0 + r) * D, (size_t)D * sizeof(float));
     }
-    if (lw->kind != DSV4_ATTN_WINDOW)
-        compressor_append(s, &lw->comp, st->cin, st->cin_cap, st->rows, D, false, a, n, pos0,
-                          rope);
-
-    for (int r = 0; r < n; r++)
-        build_visible(s, layer, r, pos0 + r);
-    attend_output(s, lw, rope, n, pos0, out);
+    if (lw->kind == DSV4_ATTN_CSA) {
+        compressor_project(bs, &lw->icomp, a, n);
+        for (int i = 0; i < n_seg; i++) {
+            struct layer_state *st = &seg[i].s->ls[layer];
+            compressor_absorb(bs, &seg[i], &lw->icomp, st->icin, st->cin_cap, st->irows,
+                              c->index_head_dim, true, n, rope);
+        }
+        indexer_project(bs, layer, a, sc->qr, n);
+        for (int i = 0; i < n_seg; i++)
+            indexer_score(bs, &seg[i], layer);
+    }
+    if (lw->kind != DSV4_ATTN_WINDOW) {
+        compressor_project(bs, &lw->comp, a, n);
+        for (int i = 0; i < n_seg; i++) {
+            struct layer_state *st = &seg[i].s->ls[layer];
+            compressor_absorb(bs, &seg[i], &lw->comp, st->cin, st->cin_cap, st->rows, D, false,
+                              n, rope);
+        }
+    }
+    for (int i = 0; i < n_seg; i++)
+        for (int r = 0; r < seg[i].n; r++)
+            build_visible(bs, seg[i].s, layer, seg[i].r0 + r, seg[i].pos0 + r);
+    attend_output(bs, lw, rope, n, out);
 }
 
 void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ring, int nctx,
@@ -226,11 +242,13 @@ void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ri
     dsv4_engine *e = s->e;
     struct scratch *sc = &s->s;
     int D = e->cfg.head_dim;
-    project_q(s, lw, &e->rope_plain, a, n, pos0);
-    attention_kv_rows(s, lw, &e->rope_plain, a, n, pos0, sc->kv);
+    for (int r = 0; r < n; r++)
+        sc->rpos[r] = pos0 + r;
+    project_q(s, lw, &e->rope_plain, a, n);
+    attention_kv_rows(s, lw, &e->rope_plain, a, n, sc->kv);
     /* every block query sees the committed ring slots in slot order, then the whole block */
     for (int r = 0; r < n; r++) {
-        const float **vis = sc->vis + (size_t)r * (s->max_visible + s->ring_cap);
+        const float **vis = sc->vis + (size_t)r * vis_stride(s);
         int nv = 0;
         for (int j = 0; j < nctx; j++)
             vis[nv++] = ring + (size_t)j * D;
@@ -238,5 +256,5 @@ void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ri
             vis[nv++] = sc->kv + (size_t)j * D;
         sc->nvis[r] = nv;
     }
-    attend_output(s, lw, &e->rope_plain, n, pos0, out);
+    attend_output(s, lw, &e->rope_plain, n, out);
 }

@@ -13,11 +13,12 @@
 #include "internal.h"
 
 /* Pool window w: softmax over slots per channel, then bf16, norm, rope, QDQ. */
-static void pool_window(dsv4_session *s, const struct compressor_w *cw, const float *cin,
+static void pool_window(dsv4_session *bs, const struct compressor_w *cw, const float *cin,
                         int cin_cap, int64_t w, float *row, bool indexer,
                         const struct rope_table *rope)
 {
-    const struct dsv4_config *c = &s->e->cfg;
+    const struct dsv4_config *c = &bs->e->cfg;
+    float *tmp = bs->s.pooltmp;
     int r = cw->ratio, cc = cw->c, width = cw->coff * cw->c;
     int nslot = cw->coff * r;
     /* slot j < r (overlap only): previous window, A half; else current window, B half */
@@ -36,22 +37,22 @@ static void pool_window(dsv4_session *s, const struct compressor_w *cw, const fl
                 off = (cw->coff - 1) * cc + ch;
             }
             const float *in = cin + (size_t)(p % cin_cap) * 2 * width;
-            s->s.pooltmp[2 * j] = in[width + off];
-            s->s.pooltmp[2 * j + 1] = in[off];
+            tmp[2 * j] = in[width + off];
+            tmp[2 * j + 1] = in[off];
             mx = fmaxf(mx, in[width + off]);
         }
         /* fp32 softmax terms, sums carried in double and rounded once (reference fsum) */
         double sum = 0.0;
         int j0 = (cw->coff == 2 && w == 0) ? r : 0;
         for (int j = j0; j < nslot; j++) {
-            float ex = (float)exp((double)(s->s.pooltmp[2 * j] - mx));
-            s->s.pooltmp[2 * j] = ex;
+            float ex = (float)exp((double)(tmp[2 * j] - mx));
+            tmp[2 * j] = ex;
             sum += ex;
         }
         float fsum = (float)sum;
         double acc = 0.0;
         for (int j = j0; j < nslot; j++)
-            acc += (double)(s->s.pooltmp[2 * j] / fsum * s->s.pooltmp[2 * j + 1]);
+            acc += (double)(tmp[2 * j] / fsum * tmp[2 * j + 1]);
         row[ch] = dsv4_bf16_round((float)acc);
     }
     rmsnorm_rows(row, row, cw->norm, 1, cc, (float)c->norm_eps);
@@ -65,28 +66,33 @@ static void pool_window(dsv4_session *s, const struct compressor_w *cw, const fl
     }
 }
 
-void compressor_append(dsv4_session *s, const struct compressor_w *cw, float *cin, int cin_cap,
-                       float *rows, int row_dim, bool indexer, const float *a, int n,
-                       int64_t pos0, const struct rope_table *rope)
+void compressor_project(dsv4_session *bs, const struct compressor_w *cw, const float *a, int n)
 {
-    dsv4_engine *e = s->e;
     int width = cw->coff * cw->c;
-    float *kvp = s->s.cproj, *sc = s->s.cproj + (size_t)n * width;
-    linear_bf16(e, &cw->wkv, a, n, kvp);
-    linear_bf16(e, &cw->wgate, a, n, sc);
-    for (int i = 0; i < n; i++) {
-        int64_t t = pos0 + i;
+    linear_bf16(bs->e, &cw->wkv, a, n, bs->s.cproj);
+    linear_bf16(bs->e, &cw->wgate, a, n, bs->s.cproj + (size_t)n * width);
+}
+
+void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct compressor_w *cw,
+                       float *cin, int cin_cap, float *rows, int row_dim, bool indexer, int n,
+                       const struct rope_table *rope)
+{
+    int width = cw->coff * cw->c;
+    const float *kvp = bs->s.cproj + (size_t)g->r0 * width;
+    const float *sc = bs->s.cproj + ((size_t)n + g->r0) * width;
+    for (int i = 0; i < g->n; i++) {
+        int64_t t = g->pos0 + i;
         float *dst = cin + (size_t)(t % cin_cap) * 2 * width;
         const float *ape = cw->ape + (size_t)(t % cw->ratio) * width;
         memcpy(dst, kvp + (size_t)i * width, (size_t)width * sizeof(float));
         for (int k = 0; k < width; k++)
             dst[width + k] = sc[(size_t)i * width + k] + ape[k];
     }
-    for (int i = 0; i < n; i++) {
-        int64_t t = pos0 + i;
+    for (int i = 0; i < g->n; i++) {
+        int64_t t = g->pos0 + i;
         if ((t + 1) % cw->ratio != 0)
             continue;
         int64_t w = t / cw->ratio;
-        pool_window(s, cw, cin, cin_cap, w, rows + (size_t)w * row_dim, indexer, rope);
+        pool_window(bs, cw, cin, cin_cap, w, rows + (size_t)w * row_dim, indexer, rope);
     }
 }

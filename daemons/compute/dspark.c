@@ -144,8 +144,10 @@ int dsv4_drafter_commit(dsv4_drafter *d, const float *hidden, int n, int64_t pos
         qlinear_fp8(e, &w->main_proj, hidden + (size_t)done * in, m, d->xq, d->mx);
         rmsnorm_rows(d->mx, d->mx, w->main_norm, m, c->dim, (float)c->norm_eps);
         float *kv = d->scr->s.kv;
+        for (int r = 0; r < m; r++)
+            d->scr->s.rpos[r] = p0 + r;
         for (int s = 0; s < w->stages; s++) {
-            attention_kv_rows(d->scr, &w->st[s], &e->rope_plain, d->mx, m, p0, kv);
+            attention_kv_rows(d->scr, &w->st[s], &e->rope_plain, d->mx, m, kv);
             float *ring = d->ring + (size_t)s * d->W * d->D;
             for (int r = 0; r < m; r++)
                 memcpy(ring + (size_t)((p0 + r) % d->W) * d->D, kv + (size_t)r * d->D,

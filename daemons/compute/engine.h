@@ -47,6 +47,8 @@ struct dsv4_engine_opts {
     /* Load the DSpark drafter's weights (mtp.*) too; -ENOENT naming "dspark" when the
      * checkpoint has none. dsv4_drafter_new needs it. */
     bool dspark;
+    /* Rows one step of dsv4_engine_forward may carry (its scratch); 0 → the default chunk. */
+    int step_rows;
 };
 
 int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
@@ -74,7 +76,8 @@ dsv4_session *dsv4_session_free(dsv4_session *s);
 void dsv4_session_reset(dsv4_session *s);
 /* Number of positions processed so far (= position of the next token). */
 int64_t dsv4_session_pos(const dsv4_session *s);
-/* Bytes the session allocated: position state, and per-chunk scratch (common/plan.h). */
+/* Bytes the session allocated: position state, and scratch (0: a session's steps run in the
+ * engine's scratch, dsv4_engine_scratch_bytes). */
 void dsv4_session_bytes(const dsv4_session *s, uint64_t *state, uint64_t *scratch);
 
 enum dsv4_logits_mode {
@@ -108,6 +111,42 @@ struct dsv4_capture {
 int dsv4_session_forward_capture(dsv4_session *s, const int32_t *tokens, int n,
                                  enum dsv4_logits_mode mode, float *logits,
                                  const struct dsv4_capture *cap, struct dsv4_err *err);
+
+/* dsv4_session_forward's checks alone (0, or the error it would return): a caller batching
+ * several sessions (dsv4_engine_forward) can refuse one request without failing the rest. */
+int dsv4_forward_check(const dsv4_session *s, const int32_t *tokens, int n,
+                       struct dsv4_err *err);
+
+/*
+ * Several sessions forwarded together (continuous batching, docs/ARCHITECTURE.md "Life of a
+ * step"): the rows of all items go through every layer in shared steps (each step at most the
+ * engine's step_rows rows, each item at most its session's chunk per step), so the weights and
+ * the routed experts are read once per step for all of them. Every item's logits and captures
+ * are bitwise what dsv4_session_forward_capture would give for that session alone. Sessions
+ * must be distinct sessions of this engine. All items are checked before anything runs (the
+ * error names the item); a provider error mid-way leaves each session at the position of its
+ * last completed step (its rows up to there are committed). Capture: `cap->hidden` receives
+ * the rows of each step of the item (at most the session's chunk rows, from index 0), then
+ * on_chunk(ctx, position of the first of them, count) is called.
+ */
+#define DSV4_MAX_STEP_SESSIONS 64
+struct dsv4_forward_item {
+    dsv4_session *s;
+    const int32_t *tokens;
+    int n;
+    enum dsv4_logits_mode mode;
+    float *logits;                  /* LAST: [vocab]; ALL: [n][vocab] */
+    const struct dsv4_capture *cap; /* may be NULL */
+    void (*on_chunk)(void *ctx, int64_t pos, int n);
+    void *ctx;
+};
+int dsv4_engine_forward(dsv4_engine *e, const struct dsv4_forward_item *items, int n_items,
+                        struct dsv4_err *err);
+/* Routed-expert leases saved so far by steps of several sessions: the sum over sessions of
+ * each one's distinct experts per layer, minus the step's union (leased once). */
+uint64_t dsv4_engine_union_saved(const dsv4_engine *e);
+/* Bytes of the engine's step scratch (activations of step_rows rows, the step's logits). */
+uint64_t dsv4_engine_scratch_bytes(const dsv4_engine *e);
 
 /* Remember the current position as the base of later rollbacks. */
 void dsv4_session_snapshot(dsv4_session *s);

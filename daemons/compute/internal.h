@@ -84,6 +84,14 @@ struct dsv4_engine {
     uint64_t resident_bytes;        /* their sizes */
     int max_lease;                  /* experts per acquire; 0 = the whole union */
     uint64_t lookahead_asked, lookahead_right;  /* router lookahead: predicted, then chosen */
+    uint64_t union_saved;           /* expert leases a step's union saved over per-session */
+    /* The scratch of every target forward step (forward.c): one scratch-only session sized
+     * for step_rows rows and the largest session context opened so far (sessions hold state
+     * only), and the logits of a step's rows when several sessions share it. */
+    dsv4_session *step;
+    int step_rows;
+    float *step_logits;
+    size_t step_logits_cap;
 };
 
 /* ---- session ---- */
@@ -109,15 +117,33 @@ struct scratch {
 
 struct dsv4_session {
     dsv4_engine *e;
+    bool scratch_only;      /* holds scratch, no per-layer state (the step's, the drafter's) */
     int64_t pos, snap, max_ctx;
     int chunk, max_rollback, ring_cap, max_visible;
     uint64_t state_bytes, scratch_bytes;    /* allocated by dsv4_session_new */
     /* router lookahead for layer la_layer (-1: none): predicted ids per row, ascending */
     int la_layer, la_rows;
     int la_sel[LOOKAHEAD_IDS];
+    /* a step holder: the segments of the step in progress (moe counts the union's saving) */
+    const struct step_seg *step_seg;
+    int n_step_seg;
     struct layer_state *ls;
     struct scratch s;
 };
+
+/* One session's rows in a forward step: rows r0..r0+n-1 of the step are its positions
+ * pos0..pos0+n-1. The step's scratch holder (`bs` below) is a scratch-only session. */
+struct step_seg {
+    dsv4_session *s;
+    int r0, n;
+    int64_t pos0;
+};
+
+/* Entries per row of a scratch holder's visible lists (window, ring slack, compressed rows). */
+static inline size_t vis_stride(const dsv4_session *bs)
+{
+    return (size_t)bs->max_visible + (size_t)bs->ring_cap;
+}
 
 /* ---- ops.c: helpers shared by the steps ---- */
 void engine_track(dsv4_engine *e, void *p, size_t bytes);
@@ -151,6 +177,8 @@ float sigmoidf_(float x);
  * drafter's block forward needs the scratch of `chunk` rows and keeps its own context ring. */
 int session_new_scratch(dsv4_engine *e, const struct dsv4_session_opts *opts,
                         dsv4_session **ret, struct dsv4_err *err);
+/* Make e->step hold the scratch of a step for sessions up to max_ctx positions and chunk rows. */
+int engine_step_reserve(dsv4_engine *e, int64_t max_ctx, int chunk, struct dsv4_err *err);
 
 /* ---- step entry points ---- */
 void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
@@ -160,19 +188,26 @@ void mhc_post(const dsv4_engine *e, const float *out, float *x, const float *pos
 void mhc_head(const dsv4_engine *e, const float *x, int n, float *y);
 void mhc_head_w(const dsv4_engine *e, const float *fn, const float *base, const float *scale,
                 const float *x, int n, float *y);
-void attention_layer(dsv4_session *s, int layer, const float *a, int n, int64_t pos0,
-                     float *out);
-/* K=V rows of a ratio-0/window block: kv_norm(wkv a), RoPE at pos0.., FP8 QDQ of the nope dims. */
-void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
-                       const float *a, int n, int64_t pos0, float *kv);
+/* Attention of every segment of a step: shared projections, each session's own state. */
+void attention_layer(dsv4_session *bs, const struct step_seg *seg, int n_seg, int layer,
+                     const float *a, int n, float *out);
+/* K=V rows of a ratio-0/window block: kv_norm(wkv a), RoPE at bs->s.rpos, FP8 QDQ of the nope
+ * dims. */
+void attention_kv_rows(dsv4_session *bs, const struct layer_w *lw, const struct rope_table *rope,
+                       const float *a, int n, float *kv);
 /* DSparkAttention: every row sees ring[0..nctx) (slot order) and all n block rows. */
 void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ring, int nctx,
                       const float *a, int n, int64_t pos0, float *out);
-void compressor_append(dsv4_session *s, const struct compressor_w *cw, float *cin, int cin_cap,
-                       float *rows, int row_dim, bool indexer, const float *a, int n,
-                       int64_t pos0, const struct rope_table *rope);
-void indexer_select(dsv4_session *s, int layer, const float *a, const float *qr, int n,
-                    int64_t pos0);
+/* Compressor projections of the step's n rows into bs->s.cproj ([n] kvp, then [n] score). */
+void compressor_project(dsv4_session *bs, const struct compressor_w *cw, const float *a, int n);
+/* Segment g's rows into its compressor input ring; pool every window they complete. */
+void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct compressor_w *cw,
+                       float *cin, int cin_cap, float *rows, int row_dim, bool indexer, int n,
+                       const struct rope_table *rope);
+/* Indexer queries and head weights of the step's n rows (bs->s.qi, bs->s.wt). */
+void indexer_project(dsv4_session *bs, int layer, const float *a, const float *qr, int n);
+/* Segment g's rows: top-k compressed rows of its session into bs->s.sel / nsel. */
+void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer);
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err);
 int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_expert_provider *prov,
@@ -180,4 +215,4 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
               struct dsv4_err *err);
 /* Hint the provider with every hash-routed layer's experts for these tokens (decode steps). */
 void moe_prefetch_hashed(dsv4_session *s, const int32_t *tokens, int n);
-void head_logits(dsv4_session *s, const float *x, int n, float *logits);
+void head_logits(dsv4_session *bs, const float *x, int n, float *logits);

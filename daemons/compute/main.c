@@ -91,8 +91,23 @@ static void fetched_prefetch(void *ctx, int layer, const int *ids, int n)
     dsv4_fetcher_client_prefetch(f->client, layer, ids, n);
 }
 
+/* A FORWARD waiting for the rest of its step (DSV4_FWD_MORE); the receive buffer is reused,
+ * so its rows are copied. */
+struct pending {
+    uint64_t seq;
+    struct slot *sl;
+    uint32_t n, top_k, flags;
+    int32_t *toks, *targets;
+    unsigned char rid[256];
+    size_t rid_len;
+};
+
+#define STEP_WAIT_MS 200    /* a step whose last FORWARD never comes runs after this */
+
 struct compute {
     struct dsv4_daemon d;
+    struct pending pend[MAX_SESSIONS];
+    int n_pend;
     struct fetched fetched;
     dsv4_engine *e;
     void *router;
@@ -109,6 +124,13 @@ struct compute {
     struct dsv4_zin in;
     struct dsv4_wire_buf out;
 };
+
+static void reply_to(struct compute *c, const unsigned char *rid, size_t rid_len)
+{
+    int r = dsv4_zsend(c->router, rid, rid_len, &c->out, 1);
+    if (r < 0)
+        dsv4_log_rl(DSV4_LOG_WARN, "compute", "reply dropped: %s", zmq_strerror(-r));
+}
 
 static void reply(struct compute *c)
 {
@@ -138,16 +160,18 @@ static void ack(struct compute *c, uint64_t seq, uint64_t session, int64_t pos)
     reply(c);
 }
 
-/* Memory figures of the stats page (the plan's categories, docs/ARCHITECTURE.md). */
+/* Memory figures of the stats page (the plan's categories, docs/ARCHITECTURE.md). The step
+ * scratch is shared by every session and counts against the plan's session share. */
 static void publish_memory(struct compute *c)
 {
-    uint64_t state = 0, scratch = c->logits_cap * sizeof(float);
+    uint64_t state = 0, step = dsv4_engine_scratch_bytes(c->e);
+    uint64_t scratch = c->logits_cap * sizeof(float) + step;
     for (int i = 0; i < MAX_SESSIONS; i++)
         if (c->slots[i].s) {
             state += c->slots[i].state_bytes;
             scratch += c->slots[i].scratch_bytes;
         }
-    c->session_bytes = state + scratch - c->logits_cap * sizeof(float);
+    c->session_bytes = state + step;
     atomic_store(&c->d.stats->mem_weights_bytes, dsv4_engine_resident_bytes(c->e));
     atomic_store(&c->d.stats->mem_session_bytes, state);
     atomic_store(&c->d.stats->mem_scratch_bytes, scratch);
@@ -185,8 +209,8 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
     }
     struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
     struct dsv4_err err;
-    if (c->session_budget) {    /* the plan's share for sessions */
-        uint64_t st, sc;
+    if (c->session_budget) {    /* the plan's share for sessions: states + one step scratch */
+        uint64_t st, sc, step = dsv4_engine_scratch_bytes(c->e);
         dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, 0, 0, c->threads, &st,
                                 &sc);
         if (st + sc > c->session_budget) {     /* even alone it never fits: not "busy" */
@@ -197,12 +221,13 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
             reply_error(c, m->seq, DSV4_WE_TOO_LARGE, t);
             return;
         }
-        if (c->session_bytes + st + sc > c->session_budget) {
+        uint64_t more = st + (sc > step ? sc - step : 0);
+        if (c->session_bytes + more > c->session_budget) {
             char t[200];
             snprintf(t, sizeof(t),
                      "session memory budget: %.1f MiB in use, a %lld-position session needs "
                      "%.1f MiB more, the plan allows %.1f MiB",
-                     c->session_bytes / 1048576.0, (long long)m->max_ctx, (st + sc) / 1048576.0,
+                     c->session_bytes / 1048576.0, (long long)m->max_ctx, more / 1048576.0,
                      c->session_budget / 1048576.0);
             reply_error(c, m->seq, DSV4_WE_BUSY, t);
             return;
@@ -222,6 +247,106 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
     ack(c, m->seq, m->session, 0);
 }
 
+/* The FORWARD_RESULT of p from its logits (all rows, or the last). */
+static void reply_result(struct compute *c, const struct pending *p, const float *logits)
+{
+    bool all = p->flags & DSV4_FWD_ALL_ROWS;
+    uint32_t n = p->n, nr = all ? n : 1, k = DSV4_MIN(p->top_k, (uint32_t)c->vocab);
+    struct dsv4_msg_forward_result res = { p->seq, p->sl->id, dsv4_session_pos(p->sl->s), nr, k,
+                                           (p->flags & DSV4_FWD_LOGITS) ? (uint32_t)c->vocab : 0,
+                                           0 };
+    dsv4_wire_begin(&c->out, DSV4_MSG_FORWARD_RESULT);
+    dsv4_wire_put(&c->out, &res, sizeof(res));
+    for (uint32_t i = 0; i < nr; i++) {
+        const float *lg = logits + (size_t)i * c->vocab;
+        int32_t target = p->targets[all ? i : n - 1];
+        struct dsv4_wire_row row = { dsv4_argmax(lg, c->vocab), target >= 0, 0.0 };
+        if (target >= 0)
+            row.logprob = DSV4_MIN(0.0, dsv4_log_softmax_at(lg, c->vocab, target));
+        dsv4_wire_put(&c->out, &row, sizeof(row));
+    }
+    for (uint32_t i = 0; i < nr && k; i++) {
+        /* ties to the lower id like dsv4_argmax; one softmax pass per row, not per entry */
+        const float *lg = logits + (size_t)i * c->vocab;
+        int32_t top[DSV4_WIRE_MAX_TOPK];
+        double mx, ls;
+        dsv4_top_k(lg, c->vocab, (int)k, top);
+        dsv4_log_softmax_terms(lg, c->vocab, &mx, &ls);
+        for (uint32_t j = 0; j < k; j++) {
+            struct dsv4_wire_topk t = { top[j], (float)DSV4_MIN(0.0, (double)lg[top[j]] - mx - ls) };
+            dsv4_wire_put(&c->out, &t, sizeof(t));
+        }
+    }
+    if (res.n_logits)
+        dsv4_wire_put(&c->out, logits + (size_t)(nr - 1) * c->vocab,
+                      (size_t)c->vocab * sizeof(float));
+    dsv4_wire_finish(&c->out);
+    reply_to(c, p->rid, p->rid_len);
+}
+
+/*
+ * Run the pending FORWARDs as one batched engine call (dsv4_engine_forward: every session's
+ * rows share the weight reads; each gets bitwise its solo results) and answer each.
+ */
+static void run_step(struct compute *c)
+{
+    int np = c->n_pend;
+    if (np == 0)
+        return;
+    c->n_pend = 0;
+    struct dsv4_forward_item items[MAX_SESSIONS];
+    size_t off[MAX_SESSIONS], need = 0;
+    uint32_t rows = 0;
+    for (int i = 0; i < np; i++) {
+        off[i] = need;
+        need += (size_t)((c->pend[i].flags & DSV4_FWD_ALL_ROWS) ? c->pend[i].n : 1) * c->vocab;
+        rows += c->pend[i].n;
+    }
+    if (need > c->logits_cap) {
+        free(c->logits);
+        c->logits = dsv4_xmalloc(need * sizeof(float));
+        c->logits_cap = need;
+    }
+    for (int i = 0; i < np; i++) {
+        struct pending *p = &c->pend[i];
+        items[i] = (struct dsv4_forward_item){
+            .s = p->sl->s, .tokens = p->toks, .n = (int)p->n,
+            .mode = (p->flags & DSV4_FWD_ALL_ROWS) ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST,
+            .logits = c->logits + off[i],
+        };
+        if (p->sl->sp)      /* keep the rows' taps for the session's drafter */
+            dsv4_spec_batch_item(p->sl->sp, &items[i]);
+    }
+    if (c->delay_ms)
+        usleep((useconds_t)c->delay_ms * 1000);
+    struct dsv4_err err;
+    int r = dsv4_engine_forward(c->e, items, np, &err);
+    publish_memory(c);      /* the step's logits buffers may have grown */
+    if (r == 0) {
+        atomic_fetch_add_explicit(&c->d.stats->forward_calls, (uint64_t)np, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->d.stats->forward_rows, rows, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->d.stats->steps, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&c->d.stats->step_sessions, (uint64_t)np, memory_order_relaxed);
+        dsv4_count_hist_add(&c->d.stats->step_rows, rows);
+        atomic_store(&c->d.stats->experts_union_saved, dsv4_engine_union_saved(c->e));
+        atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
+        if (++c->forwards % 256 == 0)
+            log_lookahead(c);
+    }
+    for (int i = 0; i < np; i++) {
+        struct pending *p = &c->pend[i];
+        if (r < 0)
+            dsv4_wire_error(&c->out, p->seq, r == -ERANGE ? DSV4_WE_RANGE : DSV4_WE_INTERNAL,
+                            err.msg);
+        if (r < 0)
+            reply_to(c, p->rid, p->rid_len);
+        else
+            reply_result(c, p, c->logits + off[i]);
+        free(p->toks);
+        free(p->targets);
+    }
+}
+
 static void do_forward(struct compute *c, const struct dsv4_msg *msg)
 {
     const struct dsv4_msg_forward *m = msg->body;
@@ -231,6 +356,9 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
         reply_error(c, m->seq, DSV4_WE_NOSESSION, "no such session");
         return;
     }
+    for (int i = 0; i < c->n_pend; i++)
+        if (c->pend[i].sl == sl)    /* a session's second FORWARD waits for its first */
+            run_step(c);
     int64_t pos = dsv4_session_pos(sl->s);
     if (rows[0].pos != pos) {
         char t[96];
@@ -246,69 +374,27 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
                     DSV4_STRINGIFY(DSV4_WIRE_MAX_ALL_ROWS) ")");
         return;
     }
-    int32_t *toks = dsv4_xmalloc(n * sizeof(int32_t));
+    struct pending *p = &c->pend[c->n_pend];
+    *p = (struct pending){ m->seq, sl, n, m->top_k, m->flags, dsv4_xmalloc(n * sizeof(int32_t)),
+                           dsv4_xmalloc(n * sizeof(int32_t)), { 0 }, c->in.rid_len };
+    memcpy(p->rid, c->in.rid, c->in.rid_len);
     for (uint32_t i = 0; i < n; i++) {
-        if (rows[i].token >= c->vocab || rows[i].target >= c->vocab) {
-            free(toks);
-            reply_error(c, m->seq, DSV4_WE_INVALID, "token outside the vocabulary");
-            return;
-        }
-        toks[i] = rows[i].token;
+        p->toks[i] = rows[i].token;
+        p->targets[i] = rows[i].target;
     }
-    size_t need = (size_t)(all ? n : 1) * c->vocab;
-    if (need > c->logits_cap) {
-        free(c->logits);
-        c->logits = dsv4_xmalloc(need * sizeof(float));
-        c->logits_cap = need;
-        publish_memory(c);
-    }
-    if (c->delay_ms)
-        usleep((useconds_t)c->delay_ms * 1000);
     struct dsv4_err err;
-    enum dsv4_logits_mode mode = all ? DSV4_LOGITS_ALL : DSV4_LOGITS_LAST;
-    int r = sl->sp ? dsv4_spec_forward(sl->sp, toks, (int)n, mode, c->logits, &err)
-                   : dsv4_session_forward(sl->s, toks, (int)n, mode, c->logits, &err);
-    free(toks);
+    int r = dsv4_forward_check(sl->s, p->toks, (int)n, &err);
+    for (uint32_t i = 0; r == 0 && i < n; i++)
+        if (rows[i].target >= c->vocab)
+            r = dsv4_errf(&err, -EINVAL, "target %d outside the vocabulary", rows[i].target);
     if (r < 0) {
-        reply_error(c, m->seq, r == -ERANGE ? DSV4_WE_RANGE : DSV4_WE_INTERNAL, err.msg);
+        free(p->toks);
+        free(p->targets);
+        reply_error(c, m->seq, r == -ERANGE ? DSV4_WE_RANGE : DSV4_WE_INVALID, err.msg);
         return;
     }
-    atomic_fetch_add_explicit(&c->d.stats->forward_calls, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->d.stats->forward_rows, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&c->d.stats->progress, 1, memory_order_relaxed);
-    if (++c->forwards % 256 == 0)
-        log_lookahead(c);
-    uint32_t nr = all ? n : 1, k = DSV4_MIN(m->top_k, (uint32_t)c->vocab);
-    struct dsv4_msg_forward_result res = { m->seq, m->session, dsv4_session_pos(sl->s), nr, k,
-                                           (m->flags & DSV4_FWD_LOGITS) ? (uint32_t)c->vocab : 0,
-                                           0 };
-    dsv4_wire_begin(&c->out, DSV4_MSG_FORWARD_RESULT);
-    dsv4_wire_put(&c->out, &res, sizeof(res));
-    for (uint32_t i = 0; i < nr; i++) {
-        const float *lg = c->logits + (size_t)i * c->vocab;
-        int32_t target = rows[all ? i : n - 1].target;
-        struct dsv4_wire_row row = { dsv4_argmax(lg, c->vocab), target >= 0, 0.0 };
-        if (target >= 0)
-            row.logprob = DSV4_MIN(0.0, dsv4_log_softmax_at(lg, c->vocab, target));
-        dsv4_wire_put(&c->out, &row, sizeof(row));
-    }
-    for (uint32_t i = 0; i < nr && k; i++) {
-        /* ties to the lower id like dsv4_argmax; one softmax pass per row, not per entry */
-        const float *lg = c->logits + (size_t)i * c->vocab;
-        int32_t top[DSV4_WIRE_MAX_TOPK];
-        double mx, ls;
-        dsv4_top_k(lg, c->vocab, (int)k, top);
-        dsv4_log_softmax_terms(lg, c->vocab, &mx, &ls);
-        for (uint32_t j = 0; j < k; j++) {
-            struct dsv4_wire_topk t = { top[j], (float)DSV4_MIN(0.0, (double)lg[top[j]] - mx - ls) };
-            dsv4_wire_put(&c->out, &t, sizeof(t));
-        }
-    }
-    if (res.n_logits)
-        dsv4_wire_put(&c->out, c->logits + (size_t)(nr - 1) * c->vocab,
-                      (size_t)c->vocab * sizeof(float));
-    dsv4_wire_finish(&c->out);
-    reply(c);
+    if (++c->n_pend == MAX_SESSIONS || !(m->flags & DSV4_FWD_MORE))
+        run_step(c);
 }
 
 /* Engine hook, after every layer of a forward: the watchdog sees a long prefill advance. */
@@ -360,6 +446,7 @@ static void handle(struct compute *c)
     struct dsv4_err err;
     int errc;
     if (dsv4_wire_decode(c->in.buf, c->in.len, &m, &errc, &err)) {
+        run_step(c);
         dsv4_daemon_bad_message(&c->d, "scheduler socket", err.msg);
         /* every command to compute starts with its seq: answer that command, so the request
          * it belongs to ends with this error instead of waiting for ever */
@@ -370,6 +457,8 @@ static void handle(struct compute *c)
         reply_error(c, seq, errc, err.msg);
         return;
     }
+    if (m.type != DSV4_MSG_FORWARD)
+        run_step(c);    /* commands apply in arrival order: the step's FORWARDs came first */
     switch (m.type) {
     case DSV4_MSG_SESSION_OPEN:
         do_open(c, m.body);
@@ -530,8 +619,16 @@ static void serve(struct compute *c)
         zmq_pollitem_t it[3];
         dsv4_daemon_poll_items(&c->d, it);
         it[2] = (zmq_pollitem_t){ c->router, 0, ZMQ_POLLIN, 0 };
-        if (zmq_poll(it, 3, 1000) < 0 && errno != EINTR)
+        int nr = zmq_poll(it, 3, c->n_pend ? STEP_WAIT_MS : 1000);
+        if (nr < 0 && errno != EINTR)
             break;
+        if (nr == 0 && c->n_pend) {     /* the step's last FORWARD never came */
+            dsv4_log_rl(DSV4_LOG_WARN, "compute", "a step's last FORWARD did not arrive in "
+                        DSV4_STRINGIFY(STEP_WAIT_MS) " ms: running the %d pending", c->n_pend);
+            atomic_store(&c->d.stats->active, 1);
+            run_step(c);
+            atomic_store(&c->d.stats->active, 0);
+        }
         dsv4_daemon_handle(&c->d, it);
         if (it[2].revents & ZMQ_POLLIN) {
             int r;
@@ -605,6 +702,10 @@ static int run(const struct args *a)
     log_lookahead(&c);
     dsv4_log_info("compute", "stopping");
 out:    /* every path, from any point of the start-up: each free takes NULL */
+    for (int i = 0; i < c.n_pend; i++) {    /* unanswered: the scheduler replays them */
+        free(c.pend[i].toks);
+        free(c.pend[i].targets);
+    }
     for (int i = 0; i < MAX_SESSIONS; i++)
         slot_free(&c.slots[i]);
     if (c.router)

@@ -198,6 +198,19 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                 ids[nu++] = i;
                 break;
             }
+    if (s->n_step_seg > 1 && prov == &e->experts) {    /* what the union saved */
+        uint64_t each = 0;
+        for (int g = 0; g < s->n_step_seg; g++) {
+            const struct step_seg *sg = &s->step_seg[g];
+            for (int u = 0; u < nu; u++)
+                for (int r = sg->r0 * K; r < (sg->r0 + sg->n) * K; r++)
+                    if (sc->rsel[r] == ids[u]) {
+                        each++;
+                        break;
+                    }
+        }
+        e->union_saved += each - (uint64_t)nu;
+    }
     /* Lease the union in groups of at most max_lease (a small cache cannot hold a whole
      * prefill chunk's union); each (row, choice) output lands in its own eout row, so the
      * grouping does not change the sum below. */

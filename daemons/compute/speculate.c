@@ -14,6 +14,7 @@
  */
 #include "speculate.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -37,6 +38,8 @@ struct dsv4_spec {
     float *logits;          /* [gamma+1][vocab] */
     float *hidden;          /* [max(gamma+1, FEED_ROWS, W)][n_taps*dim] */
     float *tap_ring;        /* [cap][n_taps*dim]: taps of fed rows, slot = pos mod cap */
+    int hidden_rows;        /* rows `hidden` holds */
+    struct dsv4_capture bcap;   /* dsv4_spec_batch_item's */
     int W, cap;
     struct dsv4_spec_policy pol;
     FILE *trace;            /* dsv4_spec_set_trace */
@@ -101,6 +104,7 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
         sp->W = dsv4_drafter_window(d);
         sp->cap = sp->W + TAP_SLACK;
         int rows = DSV4_MAX(DSV4_MAX(sp->gamma + 1, FEED_ROWS), sp->W);
+        sp->hidden_rows = rows;
         sp->hidden = dsv4_xmalloc((size_t)rows * sp->n_taps * sp->dim * sizeof(float));
         sp->tap_ring = dsv4_xmalloc((size_t)sp->cap * sp->n_taps * sp->dim * sizeof(float));
     }
@@ -139,6 +143,23 @@ static void stash(dsv4_spec *sp, int64_t pos, int n)
     for (int r = DSV4_MAX(0, n - sp->cap); r < n; r++)
         memcpy(sp->tap_ring + (size_t)((pos + r) % sp->cap) * w, sp->hidden + (size_t)r * w,
                w * sizeof(float));
+}
+
+static void stash_chunk(void *ctx, int64_t pos, int n)
+{
+    stash(ctx, pos, n);
+}
+
+void dsv4_spec_batch_item(dsv4_spec *sp, struct dsv4_forward_item *it)
+{
+    if (!sp->d)
+        return;
+    /* a step carries at most the session's chunk rows of it: the taps buffer holds them */
+    assert(sp->s->chunk <= sp->hidden_rows);
+    sp->bcap = (struct dsv4_capture){ sp->taps, sp->n_taps, sp->hidden };
+    it->cap = &sp->bcap;
+    it->on_chunk = stash_chunk;
+    it->ctx = sp;
 }
 
 int dsv4_spec_flush(dsv4_spec *sp, struct dsv4_err *err)

@@ -73,6 +73,8 @@ void dsv4_spec_set_trace(dsv4_spec *sp, FILE *f);
 /* forward rows at the session's position, keeping their taps for the drafter; */
 int dsv4_spec_forward(dsv4_spec *sp, const int32_t *rows, int n, enum dsv4_logits_mode mode,
                       float *logits, struct dsv4_err *err);
+/* the same for a batched forward (dsv4_engine_forward): fills its capture and on_chunk; */
+void dsv4_spec_batch_item(dsv4_spec *sp, struct dsv4_forward_item *it);
 /* the drafter's block for `anchor` at the session's position (conf = probabilities); */
 int dsv4_spec_draft(dsv4_spec *sp, int32_t anchor, int32_t *ids, float *conf,
                     struct dsv4_err *err);

@@ -387,6 +387,12 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
         goto fail;
     e->pool = dsv4_pool_new(o.n_threads > 0 ? o.n_threads : 1);
     e->max_lease = o.max_lease > 0 ? o.max_lease : 0;
+    e->step_rows = o.step_rows > 0 ? o.step_rows : DSV4_DEFAULT_CHUNK;
+    if (e->step_rows > DSV4_MAX_CHUNK) {
+        rc = dsv4_errf(err, -EINVAL, "engine: step_rows %d out of range [1, %d]", e->step_rows,
+                       DSV4_MAX_CHUNK);
+        goto fail;
+    }
     *ret = e;
     return 0;
 fail:
@@ -398,6 +404,8 @@ dsv4_engine *dsv4_engine_free(dsv4_engine *e)
 {
     if (!e)
         return NULL;
+    dsv4_session_free(e->step);
+    free(e->step_logits);
     dsv4_pool_free(e->pool);
     dsv4_expert_cache_free(e->cache);
     free_dspark(e);

@@ -27,13 +27,15 @@ void dsv4_plan_session_bytes(const struct dsv4_config *c, int64_t max_ctx, int c
                              int max_rollback, int n_workers, uint64_t *state,
                              uint64_t *scratch)
 {
-    struct dsv4_session_layout L;
-    if (dsv4_session_layout(c, max_ctx, chunk, max_rollback, n_workers, &L, NULL) < 0) {
+    struct dsv4_session_layout L, S;
+    /* the step scratch is the engine's scratch-only session (daemons/compute/forward.c) */
+    if (dsv4_session_layout(c, max_ctx, chunk, max_rollback, n_workers, &L, NULL) < 0 ||
+        dsv4_session_layout(c, max_ctx, chunk, 1, n_workers, &S, NULL) < 0) {
         *state = *scratch = UINT64_MAX / 4;    /* options no session accepts: never fits */
         return;
     }
     *state = L.state_bytes;
-    *scratch = L.scratch_bytes;
+    *scratch = S.scratch_bytes;
 }
 
 /* What weights.c keeps of one dense tensor: the bytes read, except BF16 vectors (norms),
@@ -101,7 +103,7 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
 
     dsv4_plan_session_bytes(c, o.max_ctx, o.chunk, o.max_rollback, o.threads, &p->session_state,
                             &p->session_scratch);
-    p->sessions_total = (uint64_t)o.sessions * (p->session_state + p->session_scratch);
+    p->sessions_total = (uint64_t)o.sessions * p->session_state + p->session_scratch;
     uint64_t V = (uint64_t)c->vocab_size;
     p->compute_scratch = DSV4_WIRE_MAX_ALL_ROWS * V * sizeof(float)          /* logits of scored rows */
                          + 2 * V * (sizeof(float) + 16)            /* reply buffer, top-k */
@@ -181,7 +183,7 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
     row(f, "drafter", p->drafter, p->drafter ? "MTP/DSpark stages" : "none in this model");
     if (p->drafter_cache)
         row(f, "drafter experts", p->drafter_cache, "compute's LRU: one drafted block per stage");
-    snprintf(note, sizeof(note), "%d × (%.1f MiB state at %lld positions + %.1f MiB scratch)",
+    snprintf(note, sizeof(note), "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch",
              p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
              p->session_scratch / (double)MIB);
     row(f, "sessions", p->sessions_total, note);

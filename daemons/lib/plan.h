@@ -43,8 +43,8 @@ struct dsv4_plan {
     uint64_t drafter;               /* MTP / DSpark stages */
     uint64_t drafter_cache;         /* with dspark: compute's LRU of the stages' routed experts */
     uint64_t session_state;         /* per session: KV ring, compressed rows, indexer keys */
-    uint64_t session_scratch;       /* per session: per-chunk activations */
-    uint64_t sessions_total;        /* sessions × (state + scratch) */
+    uint64_t session_scratch;       /* once: a forward step's activations (chunk rows) */
+    uint64_t sessions_total;        /* sessions × state + the step scratch */
     uint64_t compute_scratch;       /* logits rows, result buffers, lease table */
     uint64_t overhead;              /* processes: code, libraries, allocator, checkpoint index */
     uint64_t fixed;                 /* everything above */
@@ -68,9 +68,10 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *o,
                    struct dsv4_plan *ret, struct dsv4_err *err);
 
 /*
- * Bytes dsv4_session_new allocates for one session (state and scratch separately), the
- * same arithmetic as daemons/compute/session.c (a unit test checks they agree); zero
- * max_ctx, chunk or max_rollback take the engine's defaults.
+ * Bytes dsv4_session_new allocates for one session's state, and the engine's step scratch
+ * for sessions of max_ctx positions and steps of `chunk` rows (one for all sessions), the
+ * same arithmetic as daemons/compute (a unit test checks they agree); zero max_ctx, chunk or
+ * max_rollback take the engine's defaults.
  */
 void dsv4_plan_session_bytes(const struct dsv4_config *c, int64_t max_ctx, int chunk,
                              int max_rollback, int n_workers, uint64_t *state,

@@ -169,15 +169,26 @@ void dsv4_stats_unlink(const char *dir, int role)
         shm_unlink(name);
 }
 
+static void hist_add(struct dsv4_hist_shm *h, const uint64_t *bounds, size_t nb, uint64_t v)
+{
+    size_t i = 0;
+    while (i < nb && v > bounds[i])
+        i++;
+    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->sum_us, v, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+}
+
 void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us)
 {
     static const uint64_t bounds[] = DSV4_HIST_BOUNDS_US;
-    size_t i = 0;
-    while (i < DSV4_ARRAY_SIZE(bounds) && us > bounds[i])
-        i++;
-    atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->sum_us, us, memory_order_relaxed);
-    atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+    hist_add(h, bounds, DSV4_ARRAY_SIZE(bounds), us);
+}
+
+void dsv4_count_hist_add(struct dsv4_hist_shm *h, uint64_t n)
+{
+    static const uint64_t bounds[] = DSV4_COUNT_BOUNDS;
+    hist_add(h, bounds, DSV4_ARRAY_SIZE(bounds), n);
 }
 
 int dsv4_rundir_supervisor_pid(const char *dir)

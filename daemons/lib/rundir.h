@@ -30,6 +30,8 @@ int dsv4_stats_map(const char *dir, int role, bool writable, struct dsv4_stats_s
 void dsv4_stats_unmap(struct dsv4_stats_shm *s);
 void dsv4_stats_unlink(const char *dir, int role);
 void dsv4_hist_add(struct dsv4_hist_shm *h, uint64_t us);
+/* A count histogram (DSV4_COUNT_BOUNDS); sum_us holds the sum of the counts. */
+void dsv4_count_hist_add(struct dsv4_hist_shm *h, uint64_t n);
 /*
  * Path of a daemon executable ("dsv4-compute"): $DSV4_LIBEXEC_DIR/NAME, else next to the
  * running executable (installed: one bindir), else in the build tree (daemons/<role>/NAME seen

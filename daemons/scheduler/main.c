@@ -1,9 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * (Long: the request state machine — admission, the step loop, replay, the result handlers
- * and the stop conditions — shares one request table; the DSpark half is already spec.c.
- * Continuous batching, issue 16, is the moment to split the step loop out.)
- *
  * dsv4-scheduler: the clients' endpoint. It admits GENERATE and SCORE
  * requests into a bounded queue (ERROR busy when full), runs up to
  * --max-active of them on compute sessions, samples, applies the stop
@@ -19,12 +15,12 @@
  * request is cancelled: to_client(). A prefill in several chunks reports
  * PROGRESS to its client and in the stats page's prefill gauges.
  *
- * The step: one command to compute at a time (compute is one sequence
- * engine); requests take turns. A generation step feeds the rows compute
- * has not seen (the whole prompt after a replay, else the last token) and
- * accepts tokens from the per-row results. With --dspark a greedy request's
- * step is DRAFT, then one FORWARD of the anchor and the drafts the policy
- * verifies (DSV4_FWD_ALL_ROWS), then ROLLBACK past the accepted prefix
+ * The step (step.c): every active request's next command goes to compute at
+ * once and the FORWARDs run as one batched step. A generation step feeds the
+ * rows compute has not seen (the prompt in chunks, a replay, else the last
+ * token) and accepts tokens from the per-row results. With --dspark a greedy
+ * request's step is DRAFT, then one FORWARD of the anchor and the drafts the
+ * policy verifies (DSV4_FWD_ALL_ROWS), then ROLLBACK past the accepted prefix
  * (spec.h; verification and acceptance in verify_result()).
  */
 #include <errno.h>
@@ -45,61 +41,7 @@
 #include "log.h"
 #include "sampling.h"
 #include "session_layout.h"
-#include "spec.h"
-#include "tokenizer.h"
-
-#define PREFILL_ROWS 512        /* rows per FORWARD while catching up (keeps the loop responsive);
-                                 * $DSV4_PREFILL_ROWS overrides it (tests: many PROGRESS events) */
-#define PROBE_NS DSV4_NSEC_PER_SEC  /* a request's client hears from us at least this often */
-#define SCORE_ROWS 64           /* rows per FORWARD with every row's result */
-
-enum { R_FREE, R_QUEUED, R_ACTIVE };
-
-struct req {
-    int state;
-    int kind;                   /* DSV4_MSG_GENERATE or DSV4_MSG_SCORE */
-    uint64_t id, session, order;
-    unsigned char rid[256];
-    size_t rid_len;
-    struct dsv4_sampling sp;
-    int32_t *toks;              /* prompt, then generated tokens */
-    uint32_t n_prompt, n_tok, max_tokens, n_gen;
-    char *stop;
-    uint32_t n_stop, max_stop_len;
-    /* the generated text so far, decoded incrementally for the stop strings */
-    struct dsv4_detok detok;
-    struct dsv4_buf text;
-    uint32_t n_decoded;         /* generated tokens fed to detok */
-    bool detok_on;
-    bool opened, cancel;
-    bool logprobs;              /* TOKEN_LOGPROBS before each TOKEN, with n_top alternatives */
-    uint32_t n_top;
-    int64_t cpos;               /* rows compute holds for this session */
-    uint64_t t_submit, t_last;
-    uint64_t t_sent;            /* last message to the client (PROGRESS probes the rest) */
-    bool first_sent;
-    struct spec_req spec;
-};
-
-struct sched {
-    struct dsv4_daemon d;
-    void *clients, *compute;
-    dsv4_tokenizer *tok;
-    int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
-    int64_t max_ctx;            /* positions a request may need (the plan's sessions) */
-    FILE *trace;                /* --dspark-trace: one JSON line per verify step, or NULL */
-    struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */
-    uint32_t prefill_rows;
-    struct req *prefilling;     /* the request the prefill gauges describe */
-    struct req *reqs;
-    int n_reqs;                 /* slots = max_active + queue_cap */
-    uint64_t next_session, next_order, seq;
-    struct req *inflight;       /* request whose command is in flight (seq) */
-    uint64_t inflight_seq;
-    int rr;
-    struct dsv4_zin in;
-    struct dsv4_wire_buf out;
-};
+#include "sched.h"
 
 /*
  * Send s->out to r's client. The client socket is ZMQ_ROUTER_MANDATORY: once
@@ -109,7 +51,7 @@ struct sched {
  * is a live client that is slow to read: the message is dropped, the
  * request goes on.
  */
-static void to_client(struct sched *s, struct req *r)
+void to_client(struct sched *s, struct req *r)
 {
     int e = dsv4_zsend(s->clients, r->rid, r->rid_len, &s->out, 1);
     r->t_sent = dsv4_now_ns();
@@ -123,14 +65,14 @@ static void to_client(struct sched *s, struct req *r)
 }
 
 /* The prefill gauges of the stats page: r's catch-up at done/total, or none (r NULL). */
-static void prefill_gauges(struct sched *s, struct req *r, uint64_t done, uint64_t total)
+void prefill_gauges(struct sched *s, struct req *r, uint64_t done, uint64_t total)
 {
     s->prefilling = r;
     atomic_store(&s->d.stats->prefill_done, r ? done : 0);
     atomic_store(&s->d.stats->prefill_total, r ? total : 0);
 }
 
-static void send_progress(struct sched *s, struct req *r)
+void send_progress(struct sched *s, struct req *r)
 {
     struct dsv4_msg_progress p = { r->id, (uint32_t)DSV4_MIN(r->cpos, (int64_t)r->n_tok), r->n_tok };
     dsv4_wire_simple(&s->out, DSV4_MSG_PROGRESS, &p, sizeof(p));
@@ -151,8 +93,8 @@ static void free_req(struct sched *s, struct req *r)
         dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_CLOSE, &c, sizeof(c));
         dsv4_zsend(s->compute, NULL, 0, &s->out, 1);
     }
-    if (s->inflight == r)
-        s->inflight = NULL;
+    if (r->seq)     /* its answer, when it comes, matches no request */
+        s->n_inflight--;
     if (s->prefilling == r)
         prefill_gauges(s, NULL, 0, 0);
     free(r->toks);
@@ -163,7 +105,7 @@ static void free_req(struct sched *s, struct req *r)
     memset(r, 0, sizeof(*r));
 }
 
-static void finish(struct sched *s, struct req *r, int reason)
+void finish(struct sched *s, struct req *r, int reason)
 {
     uint64_t now = dsv4_now_ns();
     if (r->kind == DSV4_MSG_GENERATE) {
@@ -470,10 +412,14 @@ static void on_compute(struct sched *s)
                    : m.type == DSV4_MSG_DRAFT_RESULT
                        ? ((const struct dsv4_msg_draft_result *)m.body)->seq
                                                        : 0;
-    if (!s->inflight || seq == 0 || seq != s->inflight_seq)
-        return;     /* stale (an earlier compute epoch) or a close ACK */
-    struct req *r = s->inflight;
-    s->inflight = NULL;
+    struct req *r = NULL;
+    for (int i = 0; seq && i < s->n_reqs && !r; i++)
+        if (s->reqs[i].state == R_ACTIVE && s->reqs[i].seq == seq)
+            r = &s->reqs[i];
+    if (!r)
+        return;     /* stale (an earlier compute epoch, a finished request) or a close ACK */
+    r->seq = 0;
+    s->n_inflight--;
     if (m.type == DSV4_MSG_ERROR) {
         const struct dsv4_msg_error *e = m.body;
         if (e->code == DSV4_WE_NOSESSION) {
@@ -536,93 +482,6 @@ static void on_compute(struct sched *s)
     accept(s, r, res, rows, logits);
 }
 
-/* Issue the next command of request r; false if it could not be sent now. */
-static bool issue(struct sched *s, struct req *r)
-{
-    uint64_t seq = ++s->seq;
-    uint64_t q0 = r->spec.pol.st.quench_events;
-    if (r->opened && r->kind == DSV4_MSG_GENERATE && r->cpos > 0 &&
-        r->cpos == (int64_t)r->n_tok - 1 &&
-        spec_issue(&r->spec, &s->out, seq, r->session, r->cpos, r->toks[r->n_tok - 1],
-                   r->n_gen, r->max_tokens)) {
-        /* a DRAFT or a verify FORWARD is in s->out */
-    } else if (!r->opened) {
-        int64_t ctx = (int64_t)r->n_prompt + (r->kind == DSV4_MSG_GENERATE ? r->max_tokens : 0) + 1;
-        struct dsv4_msg_session_open o = { seq, r->session, ctx };
-        dsv4_wire_simple(&s->out, DSV4_MSG_SESSION_OPEN, &o, sizeof(o));
-    } else {
-        bool score = r->kind == DSV4_MSG_SCORE;
-        uint32_t n = (uint32_t)DSV4_MIN((int64_t)(score ? SCORE_ROWS : s->prefill_rows),
-                                        (int64_t)r->n_tok - r->cpos);
-        if (!score && r->n_tok - r->cpos > 1)
-            prefill_gauges(s, r, (uint64_t)r->cpos, r->n_tok);
-        bool last = r->cpos + n == r->n_tok;
-        struct dsv4_msg_forward f = { seq, r->session, n, 0,
-                                      score ? DSV4_FWD_ALL_ROWS
-                                            : (last && (r->sp.temperature != 0.0 || r->logprobs)
-                                                   ? DSV4_FWD_LOGITS : 0),
-                                      0 };
-        dsv4_wire_begin(&s->out, DSV4_MSG_FORWARD);
-        dsv4_wire_put(&s->out, &f, sizeof(f));
-        for (uint32_t i = 0; i < n; i++) {
-            int64_t p = r->cpos + i;
-            struct dsv4_wire_fwd_in row = { r->toks[p], -1, p };
-            if (score && p + 1 < r->n_tok)
-                row.target = r->toks[p + 1];
-            dsv4_wire_put(&s->out, &row, sizeof(row));
-        }
-        dsv4_wire_finish(&s->out);
-    }
-    atomic_fetch_add(&s->d.stats->spec_quench, r->spec.pol.st.quench_events - q0);
-    if (dsv4_zsend(s->compute, NULL, 0, &s->out, 1) < 0) {
-        spec_reset(&r->spec);
-        return false;   /* compute not connected (restarting): retry on the next turn */
-    }
-    if (!r->opened && r->n_gen > 0)     /* a replay (compute restart) or a resumed request */
-        atomic_fetch_add(&s->d.stats->replays, 1);
-    s->inflight = r;
-    s->inflight_seq = seq;
-    return true;
-}
-
-static void schedule(struct sched *s)
-{
-    int active = 0, queued = 0;
-    uint64_t now = dsv4_now_ns();
-    for (int i = 0; i < s->n_reqs; i++) {
-        struct req *r = &s->reqs[i];
-        if (r->state != R_FREE && !r->cancel && now - r->t_sent > PROBE_NS)
-            send_progress(s, r);    /* queued or in a long step: is the client still there? */
-        if (r->state != R_FREE && r->cancel && s->inflight != r)
-            finish(s, r, DSV4_DONE_CANCELLED);
-        active += r->state == R_ACTIVE;
-    }
-    while (active < s->max_active) {     /* promote the oldest queued */
-        struct req *best = NULL;
-        for (int i = 0; i < s->n_reqs; i++)
-            if (s->reqs[i].state == R_QUEUED && (!best || s->reqs[i].order < best->order))
-                best = &s->reqs[i];
-        if (!best)
-            break;
-        best->state = R_ACTIVE;
-        active++;
-    }
-    for (int i = 0; i < s->n_reqs; i++)
-        queued += s->reqs[i].state == R_QUEUED;
-    atomic_store(&s->d.stats->queue_depth, (uint64_t)queued);
-    atomic_store(&s->d.stats->active, (uint64_t)active);
-    if (s->inflight)
-        return;
-    for (int k = 0; k < s->n_reqs; k++) {   /* round robin over active requests */
-        s->rr = (s->rr + 1) % s->n_reqs;
-        struct req *r = &s->reqs[s->rr];
-        if (r->state == R_ACTIVE) {
-            issue(s, r);
-            return;
-        }
-    }
-}
-
 static void on_peer(void *ctx, int role)
 {
     struct sched *s = ctx;
@@ -630,9 +489,10 @@ static void on_peer(void *ctx, int role)
         return;
     if (role == DSV4_ROLE_FETCHER)
         return;     /* compute re-maps the cache; sessions are intact */
-    s->inflight = NULL;
+    s->n_inflight = 0;     /* the answers of the old compute never come */
     for (int i = 0; i < s->n_reqs; i++) {
         struct req *r = &s->reqs[i];
+        r->seq = 0;
         if (r->state != R_FREE && r->opened) {
             r->opened = false;
             spec_reset(&r->spec);
@@ -643,7 +503,7 @@ static void on_peer(void *ctx, int role)
 
 struct args {
     const char *model, *run_dir, *trace;
-    int max_active, queue;
+    int max_active, queue, step_tokens;
     int64_t max_ctx;            /* 0: the default, capped by the model */
     bool dspark;
 };
@@ -651,7 +511,8 @@ struct args {
 static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-scheduler --model DIR [--run-dir DIR] [--max-active N] "
-                    "[--queue N] [--max-ctx N] [--dspark] [--dspark-trace FILE]\n");
+                    "[--queue N] [--max-ctx N] [--step-tokens N] [--dspark] "
+                    "[--dspark-trace FILE]\n");
 }
 
 static int parse_argv(int argc, char **argv, struct args *a)
@@ -664,10 +525,12 @@ static int parse_argv(int argc, char **argv, struct args *a)
         { "dspark", no_argument, NULL, 'D' },
         { "max-ctx", required_argument, NULL, 'c' },
         { "dspark-trace", required_argument, NULL, 'T' },
+        { "step-tokens", required_argument, NULL, 'S' },
         { 0 },
     };
     const char *me = "dsv4-scheduler";
-    *a = (struct args){ .max_active = DSV4_DEFAULT_SESSIONS, .queue = 8 };
+    *a = (struct args){ .max_active = DSV4_DEFAULT_SESSIONS, .queue = 8,
+                        .step_tokens = DSV4_DEFAULT_CHUNK };
     int o, r = 0;
     while (r == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -678,6 +541,8 @@ static int parse_argv(int argc, char **argv, struct args *a)
         case 'q': r = dsv4_parse_int_opt(me, "queue", optarg, 0, 1 << 16, &a->queue); break;
         case 'D': a->dspark = true; break;
         case 'T': a->trace = optarg; break;
+        case 'S': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 1, DSV4_WIRE_MAX_TOKENS,
+                                         &a->step_tokens); break;
         case 'c':
             if ((r = dsv4_parse_i64(optarg, 1, 2 * (int64_t)DSV4_WIRE_MAX_TOKENS, &a->max_ctx)) < 0)
                 fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [1, %d]\n", me, optarg,
@@ -716,7 +581,7 @@ static void serve(struct sched *s)
         it[3] = (zmq_pollitem_t){ s->compute, 0, ZMQ_POLLIN, 0 };
         bool waiting = false;
         for (int i = 0; i < s->n_reqs && !waiting; i++)
-            waiting = s->reqs[i].state == R_ACTIVE && !s->inflight;
+            waiting = s->reqs[i].state == R_ACTIVE && s->n_inflight == 0;
         if (zmq_poll(it, 4, waiting ? 10 : 1000) < 0 && errno != EINTR)
             break;
         dsv4_daemon_handle(&s->d, it);
@@ -776,7 +641,11 @@ static int run(const struct args *a)
     s.queue_cap = a->queue;
     s.n_reqs = a->max_active + a->queue;
     s.prefill_rows = (uint32_t)env_int("DSV4_PREFILL_ROWS", 1, DSV4_WIRE_MAX_TOKENS, PREFILL_ROWS);
+    s.step_tokens = (uint32_t)a->step_tokens;
     s.reqs = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.reqs));
+    s.fwd = dsv4_xcalloc((size_t)s.max_active, sizeof(*s.fwd));
+    s.fw = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.fw));
+    s.catching = dsv4_xcalloc((size_t)s.n_reqs, sizeof(*s.catching));
     /* session ids unique across scheduler restarts: compute may still hold older ones */
     s.next_session = (uint64_t)getpid() << 32;
     char ep[DSV4_PATH_MAX];
@@ -807,6 +676,11 @@ out:    /* every path: each free takes NULL */
     if (s.trace)
         fclose(s.trace);
     free(s.reqs);
+    for (int i = 0; s.fwd && i < s.max_active; i++)
+        dsv4_wire_buf_free(&s.fwd[i]);
+    free(s.fwd);
+    free(s.fw);
+    free(s.catching);
     dsv4_zin_free(&s.in);
     dsv4_wire_buf_free(&s.out);
     return rc;

@@ -27,7 +27,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: dsv4-supervisor --model DIR [--run-dir DIR] [--threads N] [--memory-gb N]\n"
             "       [--budget-bytes N] [--cache-bytes N] [--session-bytes N]\n"
-            "       [--drafter-cache-bytes N] [--sessions N] [--max-ctx N]\n"
+            "       [--drafter-cache-bytes N] [--sessions N] [--step-tokens N] [--max-ctx N]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
             "       [--watchdog-s N] [--stall-s N] [--dspark [--dspark-trace FILE]] [--foreground]\n"
             "       [--ready-fd FD]\n"
@@ -47,6 +47,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "session-bytes", required_argument, NULL, 'S' },
         { "drafter-cache-bytes", required_argument, NULL, 'D' },
         { "sessions", required_argument, NULL, 's' },
+        { "step-tokens", required_argument, NULL, 'k' },
         { "max-ctx", required_argument, NULL, 'c' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "metrics-required", no_argument, NULL, 'R' },
@@ -86,6 +87,8 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         case 'D': r = dsv4_parse_u64_opt(me, "drafter-cache-bytes", optarg, 0, UINT64_MAX / 2,
                                          &o->drafter_cache_bytes); break;
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &o->sessions); break;
+        case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 0, 1 << 20, &o->step_tokens);
+            break;
         case 'c':
             if ((r = dsv4_parse_i64(optarg, 0, INT32_MAX, &o->max_ctx)) < 0)
                 fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me, optarg,

@@ -149,16 +149,21 @@ int dsv4_metrics_render(const struct dsv4_view *v, char **out, size_t *len)
         }
     fields(o, dsv4_sv_stats, dsv4_sv_n_stats, base, v->in_set);
 
-    static const uint64_t bounds_us[] = DSV4_HIST_BOUNDS_US;
-    double bounds[DSV4_HIST_N];
-    for (int i = 0; i < DSV4_HIST_N - 1; i++)
+    static const uint64_t bounds_us[] = DSV4_HIST_BOUNDS_US, bounds_n[] = DSV4_COUNT_BOUNDS;
+    double bounds[DSV4_HIST_N], cbounds[DSV4_HIST_N];
+    for (int i = 0; i < DSV4_HIST_N - 1; i++) {
         bounds[i] = (double)bounds_us[i] / 1e6;
-    const struct dsv4_stats_shm *sch = v->page[DSV4_ROLE_SCHEDULER];
-    for (size_t i = 0; sch && i < dsv4_sv_n_hists; i++) {
-        const struct dsv4_hist_shm *h =
-            (const void *)((const char *)sch + dsv4_sv_hists[i].off);
-        histogram(o, dsv4_sv_hists[i].metric, dsv4_sv_hists[i].help, h->bucket, bounds, DSV4_HIST_N,
-                  (double)atomic_load(&h->sum_us) / 1e6);
+        cbounds[i] = (double)bounds_n[i];
+    }
+    for (size_t i = 0; i < dsv4_sv_n_hists; i++) {
+        const struct dsv4_sv_hist *hv = &dsv4_sv_hists[i];
+        const struct dsv4_stats_shm *pg = v->page[hv->role];
+        if (!pg)
+            continue;
+        const struct dsv4_hist_shm *h = (const void *)((const char *)pg + hv->off);
+        double sum = (double)atomic_load(&h->sum_us);
+        histogram(o, hv->metric, hv->help, h->bucket, hv->count ? cbounds : bounds, DSV4_HIST_N,
+                  hv->count ? sum : sum / 1e6);
     }
 
     const struct dsv4_expert_shm *es = v->experts;

@@ -73,6 +73,14 @@ const struct dsv4_sv_field dsv4_sv_stats[] = {
       S(forward_rows), 0 },
     { "dsv4_sessions_open", NULL, "sessions_open", "KV sessions held by compute.", G, COMPUTE,
       S(sessions_open), 0 },
+    { "dsv4_steps_total", NULL, "steps", "Batched forward steps (one per set of sessions).", C,
+      COMPUTE, S(steps), 0 },
+    { "dsv4_step_sessions_total", NULL, "step_sessions",
+      "Sessions summed over steps (÷ steps: sessions per step).", C, COMPUTE, S(step_sessions),
+      0 },
+    { "dsv4_experts_union_saved_total", NULL, "experts_union_saved",
+      "Routed-expert leases saved by taking a step's union once instead of per session.", C,
+      COMPUTE, S(experts_union_saved), 0 },
     { "dsv4_memory_resident_bytes", "tier=\"weights\"", "mem_weights_bytes",
       "Bytes resident in compute, by memory tier.", G, COMPUTE, S(mem_weights_bytes), 0 },
     { "dsv4_memory_resident_bytes", "tier=\"session\"", "mem_session_bytes", NULL, G, COMPUTE,
@@ -101,11 +109,16 @@ const size_t dsv4_sv_n_stats = DSV4_ARRAY_SIZE(dsv4_sv_stats);
 
 const struct dsv4_sv_hist dsv4_sv_hists[] = {
     { "dsv4_time_to_first_token_seconds", "ttft",
-      "From request accepted to its first generated token.", S(ttft) },
+      "From request accepted to its first generated token.", S(ttft), DSV4_ROLE_SCHEDULER, false },
     { "dsv4_token_latency_seconds", "per_token", "Between consecutive generated tokens.",
-      S(per_token) },
+      S(per_token), DSV4_ROLE_SCHEDULER, false },
     { "dsv4_request_duration_seconds", "request", "From request accepted to its end.",
-      S(request) },
+      S(request), DSV4_ROLE_SCHEDULER, false },
+    { "dsv4_queue_wait_seconds", "queue_wait",
+      "From request accepted to its first forward step (time queued).", S(queue_wait),
+      DSV4_ROLE_SCHEDULER, false },
+    { "dsv4_step_rows", "step_rows", "Token rows per batched forward step (all sessions).",
+      S(step_rows), DSV4_ROLE_COMPUTE, true },
 };
 const size_t dsv4_sv_n_hists = DSV4_ARRAY_SIZE(dsv4_sv_hists);
 

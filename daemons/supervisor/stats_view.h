@@ -37,11 +37,13 @@ struct dsv4_sv_field {
 struct dsv4_sv_hist {
     const char *metric, *key, *help;
     uint16_t off;           /* offsetof(struct dsv4_stats_shm, <hist>) */
+    uint8_t role;           /* whose page */
+    bool count;             /* DSV4_COUNT_BOUNDS, not seconds */
 };
 
 extern const struct dsv4_sv_field dsv4_sv_stats[];
 extern const size_t dsv4_sv_n_stats;
-extern const struct dsv4_sv_hist dsv4_sv_hists[];   /* all on the scheduler's page */
+extern const struct dsv4_sv_hist dsv4_sv_hists[];
 extern const size_t dsv4_sv_n_hists;
 extern const struct dsv4_sv_field dsv4_sv_expert[];
 extern const size_t dsv4_sv_n_expert;

@@ -83,7 +83,7 @@ static void say(int *fd, const char *fmt, ...)
 static int spawn(struct sv *s, struct child *c)
 {
     char log[DSV4_PATH_MAX + 32], threads[16], mem[32], cache[24], dcache[24], sess[24],
-        active[16];
+        active[16], steptok[16];
     snprintf(log, sizeof(log), "%s/%s.log", s->dir, dsv4_role_name(c->role));
     snprintf(threads, sizeof(threads), "%d", s->o->threads);
     snprintf(mem, sizeof(mem), "%g", s->o->memory_gb);
@@ -91,6 +91,7 @@ static int spawn(struct sv *s, struct child *c)
     snprintf(dcache, sizeof(dcache), "%llu", (unsigned long long)s->o->drafter_cache_bytes);
     snprintf(sess, sizeof(sess), "%llu", (unsigned long long)s->o->session_bytes);
     snprintf(active, sizeof(active), "%d", s->o->sessions);
+    snprintf(steptok, sizeof(steptok), "%d", s->o->step_tokens);
     char ctx[24];
     snprintf(ctx, sizeof(ctx), "%lld", (long long)s->o->max_ctx);
     atomic_store(&c->stats->state, DSV4_STATE_STARTING);
@@ -125,6 +126,10 @@ static int spawn(struct sv *s, struct child *c)
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->sessions > 0) {    /* the plan's sessions */
             *a++ = "--max-active";
             *a++ = active;
+        }
+        if (c->role == DSV4_ROLE_SCHEDULER && s->o->step_tokens > 0) {
+            *a++ = "--step-tokens";
+            *a++ = steptok;
         }
         if ((c->role == DSV4_ROLE_SCHEDULER || c->role == DSV4_ROLE_API) &&
             s->o->max_ctx > 0) {    /* ... and their size: the context a request may fill */

@@ -25,6 +25,7 @@ struct supervisor_opts {
     uint64_t drafter_cache_bytes; /* with --dspark and a fetcher: compute --cache-bytes (the
                                    * drafter's expert LRU; the target's experts are the fetcher's) */
     int sessions;               /* scheduler --max-active (0: its default) */
+    int step_tokens;            /* scheduler --step-tokens (0: its default) */
     int64_t max_ctx;            /* scheduler --max-ctx: positions one request may need (0: its
                                  * default); the plan sized every session for it */
     const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */

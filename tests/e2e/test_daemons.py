@@ -25,6 +25,12 @@ process and no shared-memory segment is left):
   client-gone kill -9 of a client during decode, during a long prefill and while queued:
               the scheduler cancels each request (active 0, requests_cancelled + 1) and
               keeps serving
+  batching    continuous batching: 6 requests at once (greedy and seeded sampling, different
+              prompt lengths, one long prompt prefilled in chunks while the others decode, one
+              that joins late and one cancelled midway) each print exactly their solo ids; the
+              compute's steps carried several sessions (steps, step_sessions, step_rows) and
+              the metrics endpoint shows the batching families; on the DSpark fixture with
+              --dspark, speculating and plain requests share steps and stay exact
   dspark      `start --dspark` on the DSpark fixture (verify length forced to the whole block,
               DSV4_TEST_DSPARK_VERIFY): for every golden prompt gen prints the ids of
               `dsv4ctl run --no-dspark`, the speculation counters move; then a kill -9 of compute
@@ -533,6 +539,68 @@ def client_gone():
         stop_and_check(st)
 
 
+def batching_on(extra_start, prompts, sampled, dspark_model):
+    """Requests at once: each prints its solo ids; the steps carried several sessions."""
+    st = start(*extra_start)
+    try:
+        jobs = []       # (args, prompt, n, ref)
+        for i, (prompt, n) in enumerate(prompts):
+            extra = ["--temperature", "0.9", "--seed", str(40 + i)] if i in sampled else []
+            if dspark_model and i % 2:
+                extra += ["--no-dspark"]
+            ref = run_ref(prompt, n, *(x for x in extra if x != "--no-dspark"),
+                          *(["--no-dspark"] if dspark_model else []))
+            jobs.append((extra, prompt, n, ref))
+        before = daemon(status()[1], "compute")
+        procs = [gen(*j[0], prompt=j[1], n=j[2]) for j in jobs[:-2]]
+        # one joins once the others are decoding; one is cancelled midway (it leaves)
+        first = os.read(procs[0].stdout.fileno(), 1).decode()
+        late = gen(*jobs[-2][0], prompt=jobs[-2][1], n=jobs[-2][2])
+        quitter = gen(prompt=jobs[-1][1], n=200)
+        os.read(quitter.stdout.fileno(), 1)
+        quitter.send_signal(signal.SIGINT)
+        quitter.communicate(timeout=60)
+        for k, pr in enumerate(procs + [late]):
+            out, err = pr.communicate(timeout=120)
+            if k == 0:   # its first byte was read above
+                out = first + out
+            ref = jobs[k if k < len(procs) else len(jobs) - 2][3]
+            assert pr.returncode == 0 and out == ref, (k, pr.returncode, out, ref, err)
+        rc, st2 = status()
+        c = daemon(st2, "compute")
+        steps = c["steps"] - before["steps"]
+        sess = c["step_sessions"] - before["step_sessions"]
+        assert steps > 0 and sess / steps > 1.5, (steps, sess)     # steps were shared
+        assert st2["latency"]["step_rows"]["count"] >= steps, st2["latency"]
+        assert st2["latency"]["queue_wait"]["count"] >= len(jobs), st2["latency"]
+        print(f"# {len(jobs)} requests exact; {sess / steps:.2f} sessions per step, "
+              f"{c['experts_union_saved']} expert leases saved by the union")
+        if st2["metrics_addr"]:
+            import urllib.request
+            body = urllib.request.urlopen(f"http://{st2['metrics_addr']}/metrics",
+                                          timeout=10).read().decode()
+            for fam in ("dsv4_steps_total", "dsv4_step_sessions_total", "dsv4_step_rows_bucket",
+                        "dsv4_queue_wait_seconds_bucket", "dsv4_experts_union_saved_total"):
+                assert fam in body, fam
+    finally:
+        stop_and_check(st)
+
+
+def batching():
+    global model
+    long_prompt = "0," + ",".join(str((i * 37 + 11) % 250 + 2) for i in range(150))
+    prompts = [(PROMPT, 40), ("0,9,8", 25), (long_prompt, 20), ("0,3,17,29,31,44,2", 33),
+               ("0,77", 30), ("0,12,13", 64)]
+    batching_on([], prompts, sampled={1, 4}, dspark_model=False)
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+    model = os.path.join(fixtures, "tiny-dspark")
+    with open(os.path.join(model, "goldens.json")) as fh:
+        g = json.load(fh)
+    prompts = [(",".join(map(str, pr["tokens"][:pr["prompt_len"]])), 30) for pr in g["prompts"]]
+    prompts = (prompts * 3)[:6]
+    batching_on(["--dspark"], prompts, sampled=set(), dspark_model=True)
+
+
 def dspark():
     global model
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
@@ -614,7 +682,7 @@ def dspark():
 
 
 scenarios = {"progress": progress, "watchdog": watchdog, "client-gone": client_gone,
-             "dspark": dspark,
+             "dspark": dspark, "batching": batching,
              "goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,

@@ -319,13 +319,18 @@ static void test_memory_plan(void **state)
         struct dsv4_session_opts o = { cases[i].ctx, cases[i].chunk, cases[i].rollback };
         dsv4_session *s = NULL;
         assert_int_equal(dsv4_session_new(e, &o, &s, &err), 0);
-        uint64_t st, sc, pst, psc;
+        uint64_t st, sc, pst, psc, unused;
         dsv4_session_bytes(s, &st, &sc);
+        assert_int_equal(sc, 0);    /* sessions hold state only */
         dsv4_plan_session_bytes(dsv4_engine_config(e), cases[i].ctx, cases[i].chunk,
-                                cases[i].rollback, cases[i].threads, &pst, &psc);
+                                cases[i].rollback, cases[i].threads, &pst, &unused);
         assert_int_equal(st, pst);
-        assert_int_equal(sc, psc);
-        assert_true(st > 0 && sc > 0);
+        /* the engine's step scratch: steps of max(chunk, the default step rows) rows */
+        dsv4_plan_session_bytes(dsv4_engine_config(e), cases[i].ctx,
+                                cases[i].chunk > 64 ? cases[i].chunk : 64, cases[i].rollback,
+                                cases[i].threads, &unused, &psc);
+        assert_int_equal(dsv4_engine_scratch_bytes(e), psc);
+        assert_true(st > 0 && psc > 0);
         dsv4_session_free(s);
         dsv4_engine_free(e);
     }

@@ -79,6 +79,7 @@ int dsv4ctl_start(int argc, char **argv)
         { "memory-gb", required_argument, NULL, 'g' },
         { "max-ctx", required_argument, NULL, 'c' },
         { "sessions", required_argument, NULL, 's' },
+        { "step-tokens", required_argument, NULL, 'k' },
         { "foreground", no_argument, NULL, 'f' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "no-metrics", no_argument, NULL, 'N' },
@@ -97,7 +98,7 @@ int dsv4ctl_start(int argc, char **argv)
     const char *metrics_addr = DSV4_METRICS_DEFAULT_ADDR, *watchdog = "30", *stall = "600";
     const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL, *dspark_trace = NULL;
     bool metrics_explicit = false, api_explicit = false, fg = false, dspark = false;
-    int threads = dsv4ctl_default_threads(), sessions = 0, r = 0, c;
+    int threads = dsv4ctl_default_threads(), sessions = 0, step_tokens = 0, r = 0, c;
     double memory_gb = 0, tmp;
     int64_t max_ctx = 0;
     optind = 1;
@@ -114,6 +115,8 @@ int dsv4ctl_start(int argc, char **argv)
                         optarg, INT32_MAX);
             break;
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
+        case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 1, DSV4_WIRE_MAX_TOKENS,
+                                         &step_tokens); break;
         case 'f': fg = true; break;
         case 'D': dspark = true; break;
         case 'T': dspark_trace = optarg; break;
@@ -139,13 +142,17 @@ int dsv4ctl_start(int argc, char **argv)
         case 'K': api_key_file = optarg; break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
-                   "[--threads N] [--run-dir DIR]\n"
+                   "[--step-tokens N] [--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
                    "       [--dspark [--dspark-trace FILE]|--no-dspark] [--api-addr HOST:PORT (default "
                    DSV4_API_DEFAULT_ADDR ") | --no-api] [--api-key-file FILE]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable);\n"
-                   "               see `dsv4ctl plan`\n");
+                   "               see `dsv4ctl plan`\n"
+                   "  --sessions   requests served at once, batched in every step\n"
+                   "               (default 4; the plan sizes their memory)\n"
+                   "  --step-tokens  rows of a step that prompts being prefilled may share with\n"
+                   "               decoding requests (default 64: bounds their inter-token time)\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -196,6 +203,8 @@ int dsv4ctl_start(int argc, char **argv)
     add_num(&a, "--session-bytes", "%llu", (unsigned long long)plan.sessions_total);
     add_num(&a, "--drafter-cache-bytes", "%llu", (unsigned long long)plan.drafter_cache);
     add_num(&a, "--sessions", "%d", plan.o.sessions);
+    if (step_tokens)
+        add_num(&a, "--step-tokens", "%d", step_tokens);
     add_num(&a, "--max-ctx", "%lld", (long long)plan.o.max_ctx);
     if (metrics_addr) {
         add(&a, "--metrics-addr");

@@ -149,19 +149,26 @@ int dsv4ctl_status(int argc, char **argv)
         cJSON_AddNumberToObject(root, "active", (double)atomic_load(&sch->active));
         cJSON_AddNumberToObject(root, "prefill_done", (double)atomic_load(&sch->prefill_done));
         cJSON_AddNumberToObject(root, "prefill_total", (double)atomic_load(&sch->prefill_total));
-        static const uint64_t bounds_us[] = DSV4_HIST_BOUNDS_US;
-        double bounds[DSV4_HIST_N];
-        for (int i = 0; i < DSV4_HIST_N - 1; i++)
-            bounds[i] = (double)bounds_us[i] / 1e6;
-        cJSON *hs = cJSON_AddObjectToObject(root, "latency");
-        if (print)
-            printf("latency      count\n");
-        for (size_t i = 0; i < dsv4_sv_n_hists; i++) {
-            const struct dsv4_hist_shm *h =
-                (const void *)((const char *)sch + dsv4_sv_hists[i].off);
-            add_hist(hs, dsv4_sv_hists[i].key, h->bucket, bounds, DSV4_HIST_N,
-                     (double)atomic_load(&h->sum_us) / 1e6, print);
-        }
+    }
+    /* latency and batching histograms, each from its daemon's page */
+    static const uint64_t bounds_us[] = DSV4_HIST_BOUNDS_US, bounds_n[] = DSV4_COUNT_BOUNDS;
+    double bounds[DSV4_HIST_N], cbounds[DSV4_HIST_N];
+    for (int i = 0; i < DSV4_HIST_N - 1; i++) {
+        bounds[i] = (double)bounds_us[i] / 1e6;
+        cbounds[i] = (double)bounds_n[i];
+    }
+    cJSON *hs = cJSON_AddObjectToObject(root, "latency");
+    if (print && sch)
+        printf("histogram    count\n");
+    for (size_t i = 0; i < dsv4_sv_n_hists; i++) {
+        const struct dsv4_sv_hist *hv = &dsv4_sv_hists[i];
+        const struct dsv4_stats_shm *pg = v.page[hv->role];
+        if (!pg)
+            continue;
+        const struct dsv4_hist_shm *h = (const void *)((const char *)pg + hv->off);
+        double sum = (double)atomic_load(&h->sum_us);
+        add_hist(hs, hv->key, h->bucket, hv->count ? cbounds : bounds, DSV4_HIST_N,
+                 hv->count ? sum : sum / 1e6, print);
     }
     /* the fetcher's counters live in its expert segment (misses are loads it had to read;
      * leases of resident experts are served without it: client_hits) */
