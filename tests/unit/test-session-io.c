@@ -235,8 +235,6 @@ static void spec_continue(struct specrun *r, int64_t P, int32_t *ids, int32_t *d
 static void test_drafter_restore(void **state)
 {
     (void)state;
-    if (!dsv4_engine_config(eng)->dspark_stages)
-        skip();
     struct dsv4_err err = { "" };
     static const int64_t pcut[] = { 5, 37, 128, 256 };
     for (size_t i = 0; i < DSV4_ARRAY_SIZE(pcut); i++) {
@@ -315,7 +313,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_drafter_restore),
     };
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    /* the drafter's test only where there is a drafter (a TAP skip reads as a failure) */
+    int rc = cfg.dspark_stages ? cmocka_run_group_tests(tests, NULL, NULL)
+                               : _cmocka_run_group_tests("tests", tests, 3, NULL, NULL);
     free(ref);
     dsv4_engine_free(eng);
     return rc;
