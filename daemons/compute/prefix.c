@@ -10,9 +10,32 @@
 #include <string.h>
 
 #include "log.h"
+#include "model_id.h"
 #include "util.h"
 
 #define TOPIC "prefix-cache"
+
+static int gcd(int a, int b)
+{
+    return b ? gcd(b, a % b) : a;
+}
+
+int dsv4_prefix_cache_open(const char *model_dir, const struct dsv4_config *c,
+                           uint64_t ram_bytes, uint64_t disk_bytes, const char *dir,
+                           dsv4_pcache **ret, struct dsv4_err *err)
+{
+    uint8_t id[DSV4_SHA256_LEN];
+    int rc = dsv4_model_id(model_dir, NULL, id, err);
+    if (rc < 0)
+        return rc;
+    int lcm = 1;
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->compress_ratios[l] > 0)
+            lcm = lcm / gcd(lcm, c->compress_ratios[l]) * c->compress_ratios[l];
+    struct dsv4_pcache_opts o = { .model = id, .ratio_lcm = lcm, .ram_bytes = ram_bytes,
+                                  .disk_bytes = disk_bytes, .dir = dir };
+    return dsv4_pcache_open(&o, ret, err);
+}
 
 static bool has_drafter(const struct dsv4_prefix_seq *q)
 {

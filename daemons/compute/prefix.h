@@ -19,6 +19,16 @@
 #include "prefix_cache.h"
 #include "speculate.h"
 
+/*
+ * The cache of the model in model_dir (config c) for this engine: model id (model_id.h),
+ * blocks of the smallest multiple of every compression ratio ≥ 128, RAM tier ram_bytes, disk
+ * tier disk_bytes (0: none) in dir (NULL: $XDG_CACHE_HOME/dsv4/<model id>). Errors only for
+ * the model id; disk tier problems only cost the disk tier (a warning).
+ */
+int dsv4_prefix_cache_open(const char *model_dir, const struct dsv4_config *c,
+                           uint64_t ram_bytes, uint64_t disk_bytes, const char *dir,
+                           dsv4_pcache **ret, struct dsv4_err *err);
+
 struct dsv4_prefix_seq {
     dsv4_pcache *pc;
     dsv4_session *s;

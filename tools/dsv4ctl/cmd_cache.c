@@ -15,32 +15,16 @@
 #include "engine-args.h"
 #include "log.h"
 #include "model_id.h"
-#include "prefix_cache.h"
+#include "prefix.h"
 #include "util.h"
-
-static int gcd(int a, int b)
-{
-    return b ? gcd(b, a % b) : a;
-}
 
 dsv4_pcache *dsv4ctl_prefix_open(const char *model, const struct dsv4_config *c,
                                  uint64_t ram_mb, double disk_gb, const char *dir)
 {
     struct dsv4_err err = { "" };
-    uint8_t id[DSV4_SHA256_LEN];
-    if (dsv4_model_id(model, NULL, id, &err) < 0) {
-        fprintf(stderr, "dsv4ctl: prefix cache off: %s\n", err.msg);
-        return NULL;
-    }
-    int lcm = 1;
-    for (int l = 0; l < c->n_layers; l++)
-        if (c->compress_ratios[l] > 0)
-            lcm = lcm / gcd(lcm, c->compress_ratios[l]) * c->compress_ratios[l];
-    struct dsv4_pcache_opts o = { .model = id, .ratio_lcm = lcm, .ram_bytes = ram_mb << 20,
-                                  .disk_bytes = (uint64_t)(disk_gb * (double)(1ull << 30)),
-                                  .dir = dir };
     dsv4_pcache *pc = NULL;
-    if (dsv4_pcache_open(&o, &pc, &err) < 0) {
+    if (dsv4_prefix_cache_open(model, c, ram_mb << 20, (uint64_t)(disk_gb * (double)(1ull << 30)),
+                               dir, &pc, &err) < 0) {
         fprintf(stderr, "dsv4ctl: prefix cache off: %s\n", err.msg);
         return NULL;
     }
