@@ -4,8 +4,9 @@
  * restored from an exported prefix [0, P) continues with bitwise the logits of a full prefill,
  * for P on block boundaries (multiples of every compression ratio) and inside CSA and HCA
  * windows, restored whole or block by block (rows of each block, the tail of the last), into a
- * session with other chunk / max_ctx / max_rollback; with a drafter, the drafts and the
- * speculative continuation after a restore equal those after a full prefill.
+ * session with other chunk / max_ctx / max_rollback; through the prefix cache (prefix.c) from
+ * RAM and from disk after a reopen, whole and partial prefixes; with a drafter, the drafts and
+ * the speculative continuation after a restore equal those after a full prefill.
  * Usage: test-session-io MODEL_DIR
  */
 #include <errno.h>
@@ -16,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "prefix.h"
 #include "sampling.h"
 #include "speculate.h"
 #include "util.h"
@@ -179,6 +182,68 @@ static void test_refusals(void **state)
     dsv4_session_free(c);
 }
 
+/* ---- the prefix cache over a sequence (daemons/compute/prefix.c) ---- */
+
+/* Feed [from, to) in pieces ending on block boundaries, saving after each. */
+static void feed_saving(struct dsv4_prefix_seq *q, int64_t from, int64_t to)
+{
+    struct dsv4_err err = { "" };
+    for (int64_t p = from; p < to;) {
+        int64_t e = DSV4_MIN(to, dsv4_prefix_next_boundary(q, p));
+        forward(q->s, p, e, NULL);
+        if (dsv4_prefix_save(q, toks, e, &err) < 0)
+            fail_msg("save: %s", err.msg);
+        p = e;
+    }
+}
+
+static void test_prefix_tiers(void **state)
+{
+    (void)state;
+    struct dsv4_err err = { "" };
+    char dir[] = "/tmp/test-session-io.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (int tier = 0; tier < 2; tier++) {     /* RAM, then disk after a reopen */
+        dsv4_pcache *pc;
+        if (dsv4_prefix_cache_open(model, dsv4_engine_config(eng), tier ? 0 : 64 << 20,
+                                   tier ? 64 << 20 : 0, dir, &pc, &err) < 0)
+            fail_msg("cache: %s", err.msg);
+        assert_int_equal(dsv4_pcache_block_tokens(pc), 128);
+        struct dsv4_prefix_seq q;
+        dsv4_session *a = new_session(N_TOK, 16, 0);
+        int64_t got;
+        dsv4_prefix_seq_init(&q, pc, a, NULL);
+        assert_int_equal(dsv4_prefix_restore(&q, toks, 270, &got, &err), 0);
+        assert_int_equal(got, 0);
+        feed_saving(&q, 0, 270);
+        dsv4_session_free(a);
+        if (tier) {
+            dsv4_pcache_close(pc);
+            if (dsv4_prefix_cache_open(model, dsv4_engine_config(eng), 0, 64 << 20, dir, &pc,
+                                       &err) < 0)
+                fail_msg("cache: %s", err.msg);
+        }
+        /* n = 257: 256 restored (the last token is always fed); n = 256: 128; partial */
+        static const int64_t ns[] = { 300, 257, 256, 200 };
+        static const int64_t want[] = { 256, 256, 128, 128 };
+        for (size_t i = 0; i < DSV4_ARRAY_SIZE(ns); i++) {
+            dsv4_session *b = new_session(N_TOK, 64, 0);
+            dsv4_prefix_seq_init(&q, pc, b, NULL);
+            assert_int_equal(dsv4_prefix_restore(&q, toks, ns[i], &got, &err), 0);
+            assert_int_equal(got, want[i]);
+            check_continuation(b, got, tier ? "disk" : "ram");
+            dsv4_session_free(b);
+        }
+        struct dsv4_pcache_stats st;
+        dsv4_pcache_get_stats(pc, &st);
+        assert_true(tier ? st.disk_hits > 0 && st.ram_hits == 0 : st.ram_hits > 0);
+        assert_int_equal(st.hit_tokens, 256 + 256 + 128 + 128);
+        dsv4_pcache_clear(pc);
+        dsv4_pcache_close(pc);
+    }
+    rmdir(dir);
+}
+
 /* ---- the drafter ---- */
 
 static int32_t greedy(void *ctx, const float *logits, int vocab, int64_t index)
@@ -311,11 +376,12 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_restore_whole),
         cmocka_unit_test(test_restore_blocks),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_prefix_tiers),
         cmocka_unit_test(test_drafter_restore),
     };
     /* the drafter's test only where there is a drafter (a TAP skip reads as a failure) */
     int rc = cfg.dspark_stages ? cmocka_run_group_tests(tests, NULL, NULL)
-                               : _cmocka_run_group_tests("tests", tests, 3, NULL, NULL);
+                               : _cmocka_run_group_tests("tests", tests, 4, NULL, NULL);
     free(ref);
     dsv4_engine_free(eng);
     return rc;
