@@ -159,3 +159,40 @@ void dsv4_session_snapshot(dsv4_session *s);
 int dsv4_session_rollback(dsv4_session *s, int64_t pos, struct dsv4_err *err);
 
 /* dsv4_argmax and dsv4_log_softmax_at: common/sampling.h. */
+
+/*
+ * Session state export and import (session_io.c; the prefix cache, docs/ARCHITECTURE.md
+ * "Prefix cache"). The state at position P is the compressed rows and indexer keys of the
+ * windows completed before P ("rows", growing with P, never rewritten) plus a "tail": the raw
+ * KV of the last window-1 positions and the compressor/indexer inputs of the windows still
+ * open at P. Buffers hold the session's own fp32 words in an order fixed by the config, so
+ * they import into any session of the same model (whatever its chunk, max_ctx, max_rollback)
+ * and the continuation is bitwise that of a full prefill. A prefix cache stores per block
+ * [p0, p1) the rows of [p0, p1) and the tail at p1: restoring [0, P) imports every block's
+ * rows in order, then the tail at P.
+ */
+/* Bytes of the rows of [p0, p1) and of the tail at P (config only; 0 for bad ranges). */
+uint64_t dsv4_session_rows_bytes(const dsv4_session *s, int64_t p0, int64_t p1);
+uint64_t dsv4_session_tail_bytes(const dsv4_session *s, int64_t P);
+/* Rows of [p0, p1), p1 ≤ the position; -ERANGE / -EINVAL (len not the exact size). */
+int dsv4_session_export_rows(const dsv4_session *s, int64_t p0, int64_t p1, void *buf,
+                             size_t len, struct dsv4_err *err);
+/* The tail at P: P ≤ the position and at most max(chunk, max_rollback) back (the rings keep
+ * that much), so a decode step that crossed P can still export it; -ERANGE otherwise. */
+int dsv4_session_export_tail(const dsv4_session *s, int64_t P, void *buf, size_t len,
+                             struct dsv4_err *err);
+/* Import the rows of [p0, p1) into a session at position p0 (a fresh one for p0 = 0) and move
+ * it to p1. The session is not usable until dsv4_session_import_tail at p1 succeeds; after
+ * any error, dsv4_session_reset it. */
+int dsv4_session_import_rows(dsv4_session *s, int64_t p0, int64_t p1, const void *buf,
+                             size_t len, struct dsv4_err *err);
+/* Import the tail at the session's position; the snapshot moves there too. */
+int dsv4_session_import_tail(dsv4_session *s, const void *buf, size_t len,
+                             struct dsv4_err *err);
+/* Both in one buffer (rows of [p0, p1), then the tail at p1): its size; the export of
+ * [p0, position); the import of [p0, p1) into a session at p0. */
+uint64_t dsv4_session_export_bytes(const dsv4_session *s, int64_t p0, int64_t p1);
+int dsv4_session_export(const dsv4_session *s, int64_t p0, void *buf, size_t len,
+                        struct dsv4_err *err);
+int dsv4_session_import(dsv4_session *s, int64_t p0, int64_t p1, const void *buf, size_t len,
+                        struct dsv4_err *err);

@@ -339,3 +339,22 @@ struct dsv4_proposer dsv4_replay_proposer(const struct dsv4_replay_spec *r)
 {
     return (struct dsv4_proposer){ (void *)(uintptr_t)r, replay_propose };
 }
+
+/* ---- accessors for spec_io.c (the prefix cache's drafter state) ---- */
+
+dsv4_session *dsv4_spec_session(const dsv4_spec *sp)
+{
+    return sp->s;
+}
+
+dsv4_drafter *dsv4_spec_drafter(const dsv4_spec *sp)
+{
+    return sp->d;
+}
+
+float *dsv4_spec_tap_ring(const dsv4_spec *sp, int *cap, size_t *width)
+{
+    *cap = sp->cap;
+    *width = sp->d ? (size_t)sp->n_taps * sp->dim : 0;
+    return sp->tap_ring;
+}

@@ -99,3 +99,24 @@ struct dsv4_replay_spec {
     int vocab;
 };
 struct dsv4_proposer dsv4_replay_proposer(const struct dsv4_replay_spec *r);
+
+/* The parts of a spec the prefix cache's drafter state needs (spec_io.c): its session, its
+ * drafter (NULL: none), and the tap ring (cap slots of width floats, slot = position mod cap;
+ * NULL without a drafter). */
+dsv4_session *dsv4_spec_session(const dsv4_spec *sp);
+dsv4_drafter *dsv4_spec_drafter(const dsv4_spec *sp);
+float *dsv4_spec_tap_ring(const dsv4_spec *sp, int *cap, size_t *width);
+
+/*
+ * The drafter's state for the prefix cache (spec_io.c). Everything the drafter needs at
+ * position P is the taps of the last min(window, P) positions (the drafter's ring is built
+ * from them lazily, dsv4_spec_flush), so that is the whole export: taps[min(window, P)][width]
+ * fp32. 0 bytes without a drafter. Export at P ≤ the session's position while the tap ring
+ * still holds them; import after the session was restored to P: the tap ring gets the taps and
+ * the drafter restarts at P - min(window, P), so the next draft commits exactly the rows a full
+ * prefill would have.
+ */
+uint64_t dsv4_spec_tail_bytes(const dsv4_spec *sp, int64_t P);
+int dsv4_spec_export_tail(const dsv4_spec *sp, int64_t P, void *buf, size_t len,
+                          struct dsv4_err *err);
+int dsv4_spec_import_tail(dsv4_spec *sp, const void *buf, size_t len, struct dsv4_err *err);

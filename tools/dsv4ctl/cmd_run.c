@@ -10,6 +10,11 @@
  * decode tok/s and the time to first token to stderr. The prompt goes to the
  * engine one --chunk at a time (the result does not depend on the split), so a
  * long prefill can show its progress on stderr (progress.h).
+ * The prefix cache (daemons/compute/prefix.h; off with --no-prefix-cache) restores the longest
+ * cached prefix of the prompt before the prefill, and stores every block of 128 positions the
+ * run completes (prompt and generated tokens), in RAM and in the model's cache directory, so a
+ * later run whose prompt extends this one's sequence starts where it ended; --stats says how
+ * many prompt tokens were restored.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +23,8 @@
 
 #include "dsv4ctl.h"
 #include "engine-args.h"
+#include "log.h"
+#include "prefix.h"
 #include "progress.h"
 #include "proposer.h"
 #include "sampling.h"
@@ -117,6 +124,15 @@ int dsv4ctl_run(int argc, char **argv)
     }
     float *logits = dsv4_xmalloc((size_t)vocab * sizeof(float));
     struct dsv4_err err = { "" };
+    /* every token of the sequence in order (prompt, then each decided one): the cache's keys */
+    int32_t *hist = dsv4_xmalloc(((size_t)a.n_prompt + a.max_tokens + 80) * sizeof(int32_t));
+    int64_t n_hist = a.n_prompt, restored = 0;
+    memcpy(hist, a.prompt, (size_t)a.n_prompt * sizeof(int32_t));
+    dsv4_pcache *pc = NULL;
+    struct dsv4_prefix_seq pq;
+    if (!a.no_prefix_cache && (a.prefix_cache_mb || a.prefix_cache_gb > 0))
+        pc = dsv4ctl_prefix_open(a.model, dsv4_engine_config(e), a.prefix_cache_mb,
+                                 a.prefix_cache_gb, a.prefix_cache_dir);
     /* The scheduler's sampler: the same draws whether generated in-process or by the daemons. */
     const struct dsv4_sampling samp = { .temperature = a.temperature, .top_p = 1.0, .seed = a.seed };
     int n_gen = 0;
@@ -125,23 +141,37 @@ int dsv4ctl_run(int argc, char **argv)
     if (text)
         dsv4_detok_init(&detok, a.tok, false);
     uint64_t t0 = dsv4_now_ns(), t_first = 0;
+    if (pc) {
+        dsv4_prefix_seq_init(&pq, pc, s, sr.sp);
+        rc = dsv4_prefix_restore(&pq, a.prompt, a.n_prompt, &restored, &err);
+        if (rc == 0 && restored > 0)
+            dsv4_log_info("prefix-cache", "restored %lld of %d prompt tokens (%d blocks, "
+                          "%.2f MiB in %.3f ms)", (long long)restored, a.n_prompt, pq.blocks,
+                          (double)pq.bytes / (1 << 20), (double)pq.ns / 1e6);
+    }
     struct prefill_progress pg;
     progress_init(&pg, a.progress);
-    for (int done = 0; rc == 0 && done < a.n_prompt;) {
+    for (int done = (int)restored; rc == 0 && done < a.n_prompt;) {
         int n = DSV4_MIN(a.chunk, a.n_prompt - done);
+        if (pc)     /* forwards end on block boundaries: each block's tail is exported there */
+            n = (int)DSV4_MIN((int64_t)n, dsv4_prefix_next_boundary(&pq, done) - done);
         bool last = done + n == a.n_prompt;
         rc = sr.sp ? dsv4_spec_feed(sr.sp, a.prompt + done, n, logits, &err)
                    : dsv4_session_forward(s, a.prompt + done, n,
                                           last ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE, logits, &err);
         done += n;
+        if (rc == 0 && pc)
+            rc = dsv4_prefix_save(&pq, hist, n_hist, &err);
         if (rc == 0 && !last)
             progress_update(&pg, (uint64_t)done, (uint64_t)a.n_prompt);
     }
     progress_end(&pg);
     int32_t pend[72];   /* tokens decided by the last speculative step, not yet printed */
     int n_pend = 0, i_pend = 0;
-    if (rc == 0 && a.max_tokens > 0)
+    if (rc == 0 && a.max_tokens > 0) {
         pend[n_pend++] = dsv4_sample(logits, vocab, &samp, 0);
+        hist[n_hist++] = pend[0];
+    }
     while (rc == 0 && n_gen < a.max_tokens) {
         if (i_pend == n_pend) {
             /* one step from the last printed token (number n_gen - 1) */
@@ -153,6 +183,10 @@ int dsv4ctl_run(int argc, char **argv)
             }
             n_pend = k;
             i_pend = 0;
+            memcpy(hist + n_hist, pend, (size_t)k * sizeof(int32_t));
+            n_hist += k;
+            if (pc)
+                rc = dsv4_prefix_save(&pq, hist, n_hist, &err);
         }
         int32_t tok = pend[i_pend++];
         if (text) {
@@ -174,7 +208,10 @@ int dsv4ctl_run(int argc, char **argv)
                 pend[0] = dsv4_sample(logits, vocab, &samp, (uint64_t)n_gen);
                 n_pend = 1;
                 i_pend = 0;
+                hist[n_hist++] = pend[0];
             }
+            if (rc == 0 && pc)
+                rc = dsv4_prefix_save(&pq, hist, n_hist, &err);
         }
     }
     uint64_t t_end = dsv4_now_ns();
@@ -202,6 +239,18 @@ int dsv4ctl_run(int argc, char **argv)
             fprintf(stderr, "experts: %llu hits, %llu misses, %.2f GiB read, peak cache %.2f GiB\n",
                     (unsigned long long)es.hits, (unsigned long long)es.misses,
                     (double)es.bytes_read / (1 << 30), (double)es.peak_bytes / (1 << 30));
+        if (pc) {
+            struct dsv4_pcache_stats ps;
+            dsv4_pcache_get_stats(pc, &ps);
+            fprintf(stderr, "prefix-cache: restored %lld of %d prompt tokens (%d blocks, %.2f MiB "
+                            "in %.3f ms); %llu blocks stored; ram %llu entries %.2f MiB; disk "
+                            "%llu entries %.2f MiB%s; %llu bad files\n",
+                    (long long)restored, a.n_prompt, pq.blocks, (double)pq.bytes / (1 << 20),
+                    (double)pq.ns / 1e6, (unsigned long long)ps.stores,
+                    (unsigned long long)ps.ram_entries, (double)ps.ram_bytes / (1 << 20),
+                    (unsigned long long)ps.disk_entries, (double)ps.disk_bytes / (1 << 20),
+                    ps.disk_on ? "" : " (off)", (unsigned long long)ps.bad_files);
+        }
         if (sr.sp) {
             struct dsv4_spec_stats st;
             dsv4_spec_get_stats(sr.sp, &st);
@@ -214,6 +263,8 @@ int dsv4ctl_run(int argc, char **argv)
         }
     }
     spec_close(&sr);
+    dsv4_pcache_close(pc);
+    free(hist);
     free(logits);
     dsv4_session_free(s);
     dsv4_engine_free(e);

@@ -19,6 +19,7 @@ static const struct dsv4ctl_command commands[] = {
     { "inspect", dsv4ctl_inspect, "check a checkpoint against its config and summarise it" },
     { "tokenize", dsv4ctl_tokenize, "print the token ids of a text" },
     { "detokenize", dsv4ctl_detokenize, "print the text of token ids" },
+    { "cache", dsv4ctl_cache, "the model's on-disk prefix cache: status | clear" },
     { "plan", dsv4ctl_plan, "print the memory plan for a budget (--memory-gb N)" },
     { "start", dsv4ctl_start, "start the daemon set (supervisor) and wait until it serves" },
     { "stop", dsv4ctl_stop, "stop the daemon set" },

@@ -31,6 +31,7 @@ int dsv4ctl_status(int argc, char **argv);
 int dsv4ctl_gen(int argc, char **argv);
 int dsv4ctl_score_any(int argc, char **argv);
 int dsv4ctl_plan(int argc, char **argv);
+int dsv4ctl_cache(int argc, char **argv);
 
 struct dsv4_plan;
 struct dsv4_err;

@@ -45,7 +45,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
 {
     enum { O_MODEL = 256, O_IDS, O_MAX, O_TEMP, O_SEED, O_FORMAT, O_STATS, O_THREADS, O_CHUNK,
            O_CTX, O_CACHE, O_PROMPT, O_CHAT, O_THINK, O_NO_THINK, O_PROGRESS, O_NO_PROGRESS,
-           O_DSPARK, O_NO_DSPARK, O_PROPOSER, O_VERIFY, O_NO_QUENCH, O_TRACE };
+           O_DSPARK, O_NO_DSPARK, O_PROPOSER, O_VERIFY, O_NO_QUENCH, O_TRACE, O_PC_MB, O_PC_GB,
+           O_PC_DIR, O_NO_PC };
     static const struct option opts[] = {
         { "model", required_argument, NULL, O_MODEL },
         { "prompt-ids", required_argument, NULL, O_IDS },
@@ -70,6 +71,10 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
         { "dspark-verify", required_argument, NULL, O_VERIFY },
         { "dspark-no-quench", no_argument, NULL, O_NO_QUENCH },
         { "dspark-trace", required_argument, NULL, O_TRACE },
+        { "prefix-cache-mb", required_argument, NULL, O_PC_MB },
+        { "prefix-cache-gb", required_argument, NULL, O_PC_GB },
+        { "prefix-cache-dir", required_argument, NULL, O_PC_DIR },
+        { "no-prefix-cache", no_argument, NULL, O_NO_PC },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
@@ -78,6 +83,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     a->threads = 1;
     a->chunk = DSV4_DEFAULT_CHUNK;
     a->progress = -1;
+    a->prefix_cache_mb = ENGINE_ARGS_PREFIX_MB;
+    a->prefix_cache_gb = ENGINE_ARGS_PREFIX_GB;
     long long v;
     int c;
     optind = 1;
@@ -179,6 +186,25 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                 goto bad;
             a->dspark_trace = optarg;
             break;
+        case O_PC_MB:
+            if (!generate || !parse_long(optarg, 0, 1LL << 30, &v))
+                goto bad;
+            a->prefix_cache_mb = (uint64_t)v;
+            break;
+        case O_PC_GB:
+            if (!generate || dsv4_parse_double(optarg, 0, 1 << 20, &a->prefix_cache_gb) < 0)
+                goto bad;
+            break;
+        case O_PC_DIR:
+            if (!generate || optarg[0] != '/')
+                goto bad;
+            a->prefix_cache_dir = optarg;
+            break;
+        case O_NO_PC:
+            if (!generate)
+                goto bad_flag;
+            a->no_prefix_cache = true;
+            break;
         case 'h':
             printf("usage: dsv4ctl %s --model DIR (--prompt-ids ID,ID,... | [--prompt] TEXT "
                    "[--chat] [--think|--no-think]) %s[--format text|%s] "
@@ -187,6 +213,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
                    generate ? "ids" : "tsv",
                    generate ? " [--progress|--no-progress] [--dspark|--no-dspark] [--dspark-verify N]"
                               " [--dspark-no-quench] [--dspark-trace FILE]"
+                              " [--no-prefix-cache] [--prefix-cache-mb N] [--prefix-cache-gb G]"
+                              " [--prefix-cache-dir /DIR]"
                               " [--dspark-proposer replay:FILE[:err=N,..|all]"
                               "[:agree=P][:conf=C][:draft]] (test-only)" : "");
             return -1;
