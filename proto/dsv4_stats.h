@@ -78,10 +78,16 @@ struct dsv4_stats_shm {
     /* compute, continuous batching: steps run, sessions summed over steps, routed-expert
      * loads the step's union saved (each session alone would have leased its own) */
     _Atomic uint64_t steps, step_sessions, experts_union_saved;
-    _Atomic uint64_t reserved[5];
+    /* compute, prefix cache: prompt tokens looked up / restored; entries and bytes per tier
+     * (gauges), blocks evicted, bad files skipped and deleted */
+    _Atomic uint64_t prefix_lookup_tokens, prefix_hit_tokens;
+    _Atomic uint64_t prefix_ram_entries, prefix_ram_bytes, prefix_disk_entries, prefix_disk_bytes;
+    _Atomic uint64_t prefix_evictions, prefix_bad_files;
+    _Atomic uint64_t reserved[3];
     struct dsv4_hist_shm ttft, per_token, request;
     struct dsv4_hist_shm queue_wait;    /* scheduler: from admission to the first step */
     struct dsv4_hist_shm step_rows;     /* compute: rows per step, DSV4_COUNT_BOUNDS (sum_us: rows) */
+    struct dsv4_hist_shm prefix_restore;    /* compute: time to restore a cached prefix */
 };
 _Static_assert(sizeof(struct dsv4_stats_shm) % 64 == 0, "whole lines");
 _Static_assert(offsetof(struct dsv4_stats_shm, pid) == 64, "ABI");

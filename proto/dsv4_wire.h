@@ -20,7 +20,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "wire structs are litt
 
 #define DSV4_WIRE_MAGIC 0x34565344u     /* "DSV4" as bytes */
 #define DSV4_WIRE_ABI_MAJOR 1
-#define DSV4_WIRE_ABI_MINOR 2    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags; 2: FWD_MORE */
+#define DSV4_WIRE_ABI_MINOR 2    /* 1: TOKEN_LOGPROBS, GENERATE logprob flags; 2: FWD_MORE,
+                                  * FWD_SPECULATIVE, PREFIX_RESTORE, DONE n_cached */
 #define DSV4_WIRE_MAX_BODY (64u << 20)  /* bigger frames are dropped unread */
 
 /* Range limits every decoder enforces (a hostile count cannot size an allocation). */
@@ -124,7 +125,8 @@ struct dsv4_msg_progress {      /* scheduler -> client: prefill progress (also t
 struct dsv4_msg_done {
     uint64_t req_id;
     uint32_t reason, n_generated;
-    uint32_t n_prompt, pad;
+    uint32_t n_prompt;
+    uint32_t n_cached;          /* prompt tokens restored from the prefix cache (abi_minor 2) */
 };
 struct dsv4_wire_row {          /* one position's result */
     int32_t argmax;             /* -1 when not computed */
@@ -155,6 +157,13 @@ struct dsv4_msg_rollback {
     uint64_t seq, session;
     int64_t pos;                /* next token goes to pos */
 };
+struct dsv4_msg_prefix_restore {    /* scheduler -> compute, right after SESSION_OPEN: restore
+                                     * the longest cached prefix of these ids; ACK pos = where
+                                     * the session continues (0: nothing cached) */
+    uint64_t seq, session;
+    uint32_t n_tokens, pad;
+    /* int32_t tokens[n_tokens]; */
+};
 struct dsv4_msg_ack {           /* compute -> scheduler for open/close/snapshot/rollback */
     uint64_t seq, session;
     int64_t pos;                /* session position after the command */
@@ -165,6 +174,9 @@ struct dsv4_msg_ack {           /* compute -> scheduler for open/close/snapshot/
  * FORWARD without MORE arrives (or any other message, or none for a while). Each still gets
  * its own FORWARD_RESULT or ERROR. */
 #define DSV4_FWD_MORE 4u
+/* Rows after the first are a DSpark verify's drafts (rolled back unless accepted): the prefix
+ * cache stores nothing past the first row. */
+#define DSV4_FWD_SPECULATIVE 8u
 struct dsv4_wire_fwd_in {
     int32_t token;
     int32_t target;             /* token whose logprob to report, -1 = none */
@@ -251,7 +263,8 @@ struct dsv4_msg_draft_result {
     X(ROLLBACK, 37, dsv4_msg_rollback)                                \
     X(ACK, 38, dsv4_msg_ack)                                          \
     X(DRAFT, 39, dsv4_msg_draft)                                      \
-    X(DRAFT_RESULT, 40, dsv4_msg_draft_result)
+    X(DRAFT_RESULT, 40, dsv4_msg_draft_result)                        \
+    X(PREFIX_RESTORE, 41, dsv4_msg_prefix_restore)
 
 enum dsv4_msg_type {
 #define X(name, num, body) DSV4_MSG_##name = num,

@@ -199,8 +199,10 @@ static int v_dsv4_msg_token_logprobs(const struct dsv4_msg *m, struct dsv4_err *
 static int v_dsv4_msg_done(const struct dsv4_msg *m, struct dsv4_err *err)
 {
     const struct dsv4_msg_done *b = m->body;
-    if (b->reason > DSV4_DONE_CANCELLED || b->pad)
+    if (b->reason > DSV4_DONE_CANCELLED)
         return BAD("DONE: reason %u", b->reason);
+    if (b->n_cached > b->n_prompt)
+        return BAD("DONE: %u cached tokens of a %u-token prompt", b->n_cached, b->n_prompt);
     return tail_fits(m, sizeof(*b), 0, err);
 }
 
@@ -267,7 +269,7 @@ static int v_dsv4_msg_forward(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("FORWARD: n_rows %u out of range", b->n_rows);
     if (b->top_k > DSV4_WIRE_MAX_TOPK)
         return BAD("FORWARD: top_k %u > %d", b->top_k, DSV4_WIRE_MAX_TOPK);
-    if (b->flags & ~(DSV4_FWD_ALL_ROWS | DSV4_FWD_LOGITS | DSV4_FWD_MORE))
+    if (b->flags & ~(DSV4_FWD_ALL_ROWS | DSV4_FWD_LOGITS | DSV4_FWD_MORE | DSV4_FWD_SPECULATIVE))
         return BAD("FORWARD: unknown flags 0x%x", b->flags);
     if (b->n_taps)
         return BAD("FORWARD: hidden-state taps not served yet (n_taps %u)", b->n_taps);
@@ -304,6 +306,18 @@ static int v_dsv4_msg_draft(const struct dsv4_msg *m, struct dsv4_err *err)
         return BAD("DRAFT: pos %lld anchor %d pad %u invalid", (long long)b->pos, b->anchor,
                    b->pad);
     return tail_fits(m, sizeof(*b), 0, err);
+}
+
+static int v_dsv4_msg_prefix_restore(const struct dsv4_msg *m, struct dsv4_err *err)
+{
+    const struct dsv4_msg_prefix_restore *b = m->body;
+    if (b->pad)
+        return BAD("PREFIX_RESTORE: padding not zero");
+    if (b->n_tokens < 1 || b->n_tokens > DSV4_WIRE_MAX_TOKENS)
+        return BAD("PREFIX_RESTORE: n_tokens %u outside [1, %d]", b->n_tokens,
+                   DSV4_WIRE_MAX_TOKENS);
+    int r = tail_fits(m, sizeof(*b), 4ull * b->n_tokens, err);
+    return r ? r : check_tokens(m->tail, b->n_tokens, 0, err);
 }
 
 static int v_dsv4_msg_draft_result(const struct dsv4_msg *m, struct dsv4_err *err)

@@ -343,8 +343,12 @@ static const char *stop_sequence(const struct gen *g, const struct api_req *r)
 
 static cJSON *usage(const struct gen *g, bool final)
 {
+    /* Anthropic counts cache reads apart: input_tokens are the ones computed */
     cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "input_tokens", (double)g->prompt.n);
+    uint32_t cached = final ? g->n_cached : 0;
+    cJSON_AddNumberToObject(u, "input_tokens", (double)g->prompt.n - cached);
+    cJSON_AddNumberToObject(u, "cache_creation_input_tokens", 0);
+    cJSON_AddNumberToObject(u, "cache_read_input_tokens", cached);
     cJSON_AddNumberToObject(u, "output_tokens", final ? g->n_generated : 0);
     return u;
 }

@@ -300,6 +300,7 @@ int gen_wait(struct gen *g, int timeout_ms, struct api_error *e)
             append(g, piece, n);
             g->reason = (int)d->reason;
             g->n_generated = g->n_got;
+            g->n_cached = d->n_cached;
             take_calls(g);
             g->state = GEN_DONE;
             changed = g->started = true;

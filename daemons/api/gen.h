@@ -51,6 +51,7 @@ struct gen {
     int reason;                 /* enum dsv4_done_reason once GEN_DONE */
     int stop_index;             /* which stop string matched, -1 none */
     uint32_t n_generated;
+    uint32_t n_cached;          /* prompt tokens the prefix cache restored (DONE) */
     bool started;               /* a TOKEN or PROGRESS came: the request was admitted */
     bool client_gone;
     int client_fd;

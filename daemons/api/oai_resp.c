@@ -90,8 +90,9 @@ static cJSON *usage(const struct gen *g)
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)g->prompt.n);
     cJSON_AddNumberToObject(u, "completion_tokens", g->n_generated);
     cJSON_AddNumberToObject(u, "total_tokens", (double)g->prompt.n + g->n_generated);
-    /* the scheduler does not share prefixes between requests yet */
-    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", 0);
+    /* prompt tokens restored from the prefix cache instead of computed */
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens",
+                            g->n_cached);
     return u;
 }
 

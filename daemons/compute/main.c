@@ -29,6 +29,7 @@
 #include "fetcher_client.h"
 #include "log.h"
 #include "plan.h"
+#include "prefix.h"
 
 #define MAX_SESSIONS 64
 
@@ -38,10 +39,18 @@ struct slot {
     dsv4_drafter *d;            /* --dspark: the session's drafter and its tap keeper */
     dsv4_spec *sp;
     uint64_t state_bytes, scratch_bytes;
+    /* the prefix cache: the sequence's ids so far (ids[p] = token at position p) */
+    bool cached;
+    int64_t max_ctx;
+    struct dsv4_prefix_seq q;
+    int32_t *ids;
 };
 
 static void slot_free(struct slot *sl)
 {
+    free(sl->ids);
+    sl->ids = NULL;
+    sl->cached = false;
     sl->sp = dsv4_spec_free(sl->sp);
     sl->d = dsv4_drafter_free(sl->d);
     sl->s = dsv4_session_free(sl->s);
@@ -96,6 +105,9 @@ static void fetched_prefetch(void *ctx, int layer, const int *ids, int n)
 struct pending {
     uint64_t seq;
     struct slot *sl;
+    int64_t pos0;
+    void (*stash)(void *ctx, int64_t pos, int n);   /* the drafter's taps (speculate.h) */
+    void *stash_ctx;
     uint32_t n, top_k, flags;
     int32_t *toks, *targets;
     unsigned char rid[256];
@@ -119,6 +131,7 @@ struct compute {
     uint64_t forwards;
     int layer_delay_ms;         /* DSV4_TEST_LAYER_DELAY_MS: a slow model (watchdog tests) */
     bool dspark;                /* --dspark: sessions carry a drafter */
+    dsv4_pcache *pc;            /* the prefix cache, or NULL (--no-prefix-cache) */
     float *logits;
     size_t logits_cap;
     struct dsv4_zin in;
@@ -241,6 +254,12 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
         return;
     }
     sl->id = m->session;
+    if (c->pc) {
+        dsv4_prefix_seq_init(&sl->q, c->pc, sl->s, sl->sp);
+        sl->ids = dsv4_xmalloc((size_t)m->max_ctx * sizeof(int32_t));
+        sl->max_ctx = m->max_ctx;
+        sl->cached = true;
+    }
     dsv4_session_bytes(sl->s, &sl->state_bytes, &sl->scratch_bytes);
     atomic_fetch_add(&c->d.stats->sessions_open, 1);
     publish_memory(c);
@@ -284,6 +303,20 @@ static void reply_result(struct compute *c, const struct pending *p, const float
     reply_to(c, p->rid, p->rid_len);
 }
 
+static void publish_prefix(struct compute *c);
+
+/* After each engine step of a pending FORWARD's rows: the drafter's taps, then the blocks of
+ * the prefix cache those rows completed (committed rows only: a verify's drafts wait). */
+static void after_chunk(void *ctx, int64_t pos, int n)
+{
+    struct pending *p = ctx;
+    if (p->stash)
+        p->stash(p->stash_ctx, pos, n);
+    int64_t committed = (p->flags & DSV4_FWD_SPECULATIVE) ? p->pos0 + 1 : pos + n;
+    struct dsv4_err err;
+    dsv4_prefix_save(&p->sl->q, p->sl->ids, committed, &err);
+}
+
 /*
  * Run the pending FORWARDs as one batched engine call (dsv4_engine_forward: every session's
  * rows share the weight reads; each gets bitwise its solo results) and answer each.
@@ -316,12 +349,20 @@ static void run_step(struct compute *c)
         };
         if (p->sl->sp)      /* keep the rows' taps for the session's drafter */
             dsv4_spec_batch_item(p->sl->sp, &items[i]);
+        p->stash = items[i].on_chunk;
+        p->stash_ctx = items[i].ctx;
+        if (p->sl->cached) {    /* the prefix cache stores each block the rows complete */
+            memcpy(p->sl->ids + p->pos0, p->toks, p->n * sizeof(int32_t));
+            items[i].on_chunk = after_chunk;
+            items[i].ctx = p;
+        }
     }
     if (c->delay_ms)
         usleep((useconds_t)c->delay_ms * 1000);
     struct dsv4_err err;
     int r = dsv4_engine_forward(c->e, items, np, &err);
     publish_memory(c);      /* the step's logits buffers may have grown */
+    publish_prefix(c);
     if (r == 0) {
         atomic_fetch_add_explicit(&c->d.stats->forward_calls, (uint64_t)np, memory_order_relaxed);
         atomic_fetch_add_explicit(&c->d.stats->forward_rows, rows, memory_order_relaxed);
@@ -375,8 +416,10 @@ static void do_forward(struct compute *c, const struct dsv4_msg *msg)
         return;
     }
     struct pending *p = &c->pend[c->n_pend];
-    *p = (struct pending){ m->seq, sl, n, m->top_k, m->flags, dsv4_xmalloc(n * sizeof(int32_t)),
-                           dsv4_xmalloc(n * sizeof(int32_t)), { 0 }, c->in.rid_len };
+    *p = (struct pending){ .seq = m->seq, .sl = sl, .pos0 = pos, .n = n, .top_k = m->top_k,
+                           .flags = m->flags, .toks = dsv4_xmalloc(n * sizeof(int32_t)),
+                           .targets = dsv4_xmalloc(n * sizeof(int32_t)),
+                           .rid_len = c->in.rid_len };
     memcpy(p->rid, c->in.rid, c->in.rid_len);
     for (uint32_t i = 0; i < n; i++) {
         p->toks[i] = rows[i].token;
@@ -440,6 +483,57 @@ static void do_draft(struct compute *c, const struct dsv4_msg_draft *m)
     reply(c);
 }
 
+/* The prefix cache's figures on the stats page. */
+static void publish_prefix(struct compute *c)
+{
+    struct dsv4_pcache_stats ps;
+    if (!c->pc)
+        return;
+    dsv4_pcache_get_stats(c->pc, &ps);
+    struct dsv4_stats_shm *st = c->d.stats;
+    atomic_store(&st->prefix_lookup_tokens, ps.lookup_tokens);
+    atomic_store(&st->prefix_hit_tokens, ps.hit_tokens);
+    atomic_store(&st->prefix_ram_entries, ps.ram_entries);
+    atomic_store(&st->prefix_ram_bytes, ps.ram_bytes);
+    atomic_store(&st->prefix_disk_entries, ps.disk_entries);
+    atomic_store(&st->prefix_disk_bytes, ps.disk_bytes);
+    atomic_store(&st->prefix_evictions, ps.ram_evictions + ps.disk_evictions);
+    atomic_store(&st->prefix_bad_files, ps.bad_files);
+}
+
+/* PREFIX_RESTORE: the longest cached prefix of the ids into the fresh session. */
+static void do_restore(struct compute *c, const struct dsv4_msg_prefix_restore *m,
+                       const void *tail)
+{
+    struct slot *sl = find(c, m->session);
+    if (!sl) {
+        reply_error(c, m->seq, DSV4_WE_NOSESSION, "no such session");
+        return;
+    }
+    const int32_t *toks = tail;
+    int64_t n = DSV4_MIN((int64_t)m->n_tokens, sl->max_ctx), restored = 0;
+    for (int64_t i = 0; i < n; i++)     /* the ids a FORWARD would accept */
+        if (toks[i] >= c->vocab)
+            n = 0;
+    if (sl->cached && dsv4_session_pos(sl->s) == 0 && n > 1) {
+        struct dsv4_err err;
+        if (dsv4_prefix_restore(&sl->q, toks, n, &restored, &err) < 0) {
+            dsv4_log_rl(DSV4_LOG_WARN, "compute", "prefix cache: %s", err.msg);
+            restored = 0;
+        }
+        if (restored > 0) {
+            memcpy(sl->ids, toks, (size_t)restored * sizeof(int32_t));
+            dsv4_hist_add(&c->d.stats->prefix_restore, sl->q.ns / 1000);
+            dsv4_log_info("compute", "session %llu: restored %lld of %lld tokens from the prefix "
+                          "cache (%d blocks, %.1f MiB, %.1f ms)", (unsigned long long)sl->id,
+                          (long long)restored, (long long)n, sl->q.blocks,
+                          sl->q.bytes / 1048576.0, sl->q.ns / 1e6);
+        }
+        publish_prefix(c);
+    }
+    ack(c, m->seq, m->session, dsv4_session_pos(sl->s));
+}
+
 static void handle(struct compute *c)
 {
     struct dsv4_msg m;
@@ -498,11 +592,16 @@ static void handle(struct compute *c)
         }
         if (sl->sp)
             dsv4_spec_sync(sl->sp);
+        if (sl->cached && sl->q.keyed > b->pos)     /* rekey from 0 (blocks stored stay) */
+            dsv4_prefix_seq_init(&sl->q, c->pc, sl->s, sl->sp);
         ack(c, b->seq, b->session, dsv4_session_pos(sl->s));
         break;
     }
     case DSV4_MSG_DRAFT:
         do_draft(c, m.body);
+        break;
+    case DSV4_MSG_PREFIX_RESTORE:
+        do_restore(c, m.body, m.tail);
         break;
     default:
         dsv4_daemon_bad_message(&c->d, "scheduler socket", dsv4_wire_type_name(m.type));
@@ -514,11 +613,16 @@ static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--fetcher]\n"
                     "       [--memory-gb N] [--cache-bytes N] [--session-bytes N] [--max-lease N]\n"
-                    "       [--dspark]\n");
+                    "       [--dspark] [--prefix-cache-mb N] [--prefix-cache-gb N]\n"
+                    "       [--prefix-cache-dir DIR] [--no-prefix-cache]\n");
 }
 
 struct args {
     const char *model, *run_dir;
+    const char *prefix_dir;     /* NULL: $XDG_CACHE_HOME/dsv4/<model id> */
+    uint64_t prefix_ram;        /* bytes; the RAM tier */
+    double prefix_disk_gb;      /* 0: no disk tier */
+    bool prefix_off;
     int threads, max_lease;     /* max_lease -1: derive from the fetcher's slots */
     double mem_gb;
     uint64_t cache_bytes, session_budget;
@@ -537,10 +641,16 @@ static int parse_argv(int argc, char **argv, struct args *a)
         { "max-lease", required_argument, NULL, 'l' },
         { "fetcher", no_argument, NULL, 'F' },
         { "dspark", no_argument, NULL, 'D' },
+        { "prefix-cache-mb", required_argument, NULL, 'P' },
+        { "prefix-cache-gb", required_argument, NULL, 'G' },
+        { "prefix-cache-dir", required_argument, NULL, 'X' },
+        { "no-prefix-cache", no_argument, NULL, 'O' },
         { 0 },
     };
     const char *me = "dsv4-compute";
-    *a = (struct args){ .threads = 1, .max_lease = -1 };
+    *a = (struct args){ .threads = 1, .max_lease = -1, .prefix_ram = 64ull << 20,
+                        .prefix_disk_gb = 8 };
+    uint64_t mb;
     int o, r = 0;
     while (r == 0 && (o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -557,6 +667,14 @@ static int parse_argv(int argc, char **argv, struct args *a)
             break;
         case 'F': a->fetcher = true; break;
         case 'D': a->dspark = true; break;
+        case 'P':
+            r = dsv4_parse_u64_opt(me, "prefix-cache-mb", optarg, 0, 1ull << 30, &mb);
+            a->prefix_ram = mb << 20;
+            break;
+        case 'G': r = dsv4_parse_double_opt(me, "prefix-cache-gb", optarg, 0, 1 << 20,
+                                            &a->prefix_disk_gb); break;
+        case 'X': a->prefix_dir = optarg; break;
+        case 'O': a->prefix_off = true; break;
         default: usage(); return -EINVAL;
         }
     }
@@ -683,6 +801,18 @@ static int run(const struct args *a)
     c.vocab = dsv4_engine_config(c.e)->vocab_size;
     if (c.dspark)
         dsv4_log_info("compute", "DSpark drafter loaded");
+    if (!a->prefix_off && a->prefix_ram + (uint64_t)(a->prefix_disk_gb * 1073741824.0) > 0) {
+        /* a cache that cannot open (the model id) only costs the cache */
+        if (dsv4_prefix_cache_open(a->model, dsv4_engine_config(c.e), a->prefix_ram,
+                                   (uint64_t)(a->prefix_disk_gb * 1073741824.0), a->prefix_dir,
+                                   &c.pc, &err) < 0)
+            dsv4_log_warn("compute", "prefix cache off: %s", err.msg);
+        else
+            dsv4_log_info("compute", "prefix cache: %.0f MiB RAM, %.1f GiB disk in %s",
+                          a->prefix_ram / 1048576.0, a->prefix_disk_gb,
+                          dsv4_pcache_dir(c.pc) ? dsv4_pcache_dir(c.pc) : "(none)");
+        publish_prefix(&c);
+    }
     publish_memory(&c);
     char ep[DSV4_PATH_MAX];
     if (dsv4_rundir_endpoint(c.d.run_dir, "compute", ep, &err) < 0) {
@@ -711,6 +841,7 @@ out:    /* every path, from any point of the start-up: each free takes NULL */
     if (c.router)
         zmq_close(c.router);
     dsv4_daemon_fini(&c.d);
+    dsv4_pcache_close(c.pc);
     dsv4_engine_free(c.e);
     dsv4_fetcher_client_free(c.fetched.client);
     free(c.fetched.store);

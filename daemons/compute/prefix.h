@@ -53,8 +53,9 @@ void dsv4_prefix_seq_init(struct dsv4_prefix_seq *q, dsv4_pcache *pc, dsv4_sessi
  */
 int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n,
                         int64_t *restored, struct dsv4_err *err);
-/* Store the blocks the session completed since the last call: tokens[0..n) are the ids of
- * positions 0..n-1, n ≥ the session's position. Cache write problems are only logged. */
+/* Store the blocks the session completed since the last call: tokens[0..n) are the committed
+ * ids of positions 0..n-1; blocks ending after min(n, the session's position) wait (a verify
+ * step's draft rows are past n until accepted). Cache write problems are only logged. */
 int dsv4_prefix_save(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n,
                      struct dsv4_err *err);
 /* The first block boundary after pos (feed a prefill up to it, then save). */

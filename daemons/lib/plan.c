@@ -119,8 +119,12 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
                          c->n_activated_experts;
         p->drafter_cache = DSV4_MIN(all, block) * p->slot_bytes;
     }
+    /* an explicit prefix-cache RAM tier is part of the minimum; the default one is carved
+     * from the room above the minimum (below) */
+    bool prefix_default = o.prefix_ram == DSV4_PLAN_PREFIX_DEFAULT;
+    p->prefix_ram = prefix_default ? 0 : o.prefix_ram;
     p->fixed = p->dense + p->embed_head + p->drafter + p->drafter_cache + p->sessions_total +
-               p->compute_scratch + p->overhead;
+               p->compute_scratch + p->prefix_ram + p->overhead;
     p->experts_total = (uint64_t)c->n_layers * c->n_routed_experts;
     /* Segment header: directory and usage words per expert, slot table, rings; the payload
      * starts 2 MiB aligned (proto/dsv4_expert_shm.h). */
@@ -128,6 +132,11 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
     /* One decode row's experts, plus one layer of prefetch. */
     p->min_slots = 2 * (uint64_t)c->n_activated_experts;
     p->minimum = p->fixed + p->cache_header + p->min_slots * p->slot_bytes;
+    if (prefix_default && p->budget > p->minimum) {
+        /* an eighth of the room the expert cache would get, at most 256 MiB */
+        p->prefix_ram = DSV4_MIN(256 * MIB, (p->budget - p->minimum) / 8);
+        p->fixed += p->prefix_ram;
+    }
     if (p->budget >= p->minimum) {
         p->n_slots = DSV4_MIN((p->budget - p->fixed - p->cache_header) / p->slot_bytes,
                               p->experts_total);
@@ -188,6 +197,8 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
              p->session_scratch / (double)MIB);
     row(f, "sessions", p->sessions_total, note);
     row(f, "compute scratch", p->compute_scratch, "logits rows, replies, lease table");
+    row(f, "prefix cache", p->prefix_ram, p->prefix_ram ? "RAM tier of the prefix cache (LRU)"
+                                                        : "off");
     row(f, "processes", p->overhead, "4 processes, checkpoint index, tokenizer");
     snprintf(note, sizeof(note), "%llu of %llu experts (%.1f %%), %.2f MiB per slot, one pool",
              (unsigned long long)p->n_slots, (unsigned long long)p->experts_total,
@@ -215,11 +226,11 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             ",\"overhead\":%" PRIu64 ",\"fixed\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
             ",\"cache_header\":%" PRIu64 ",\"cache_bytes\":%" PRIu64 ",\"n_slots\":%" PRIu64
             ",\"min_slots\":%" PRIu64
-            ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d}\n",
+            ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d,\"prefix_ram\":%" PRIu64 "}\n",
             p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->drafter_cache,
             p->session_state,
             p->session_scratch, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
             p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
             p->cache_bytes,
-            p->n_slots, p->min_slots, p->experts_total, p->max_lease);
+            p->n_slots, p->min_slots, p->experts_total, p->max_lease, p->prefix_ram);
 }

@@ -33,7 +33,13 @@ struct dsv4_plan_opts {
     bool in_process;        /* experts cached inside compute (dsv4ctl run), not by the fetcher */
     bool dspark;            /* the drafter runs (start --dspark): its experts' cache is planned */
     uint64_t shm_avail;     /* free bytes of /dev/shm, which holds the fetcher's cache; 0 = no cap */
+    /* The prefix cache's RAM tier in compute: DSV4_PLAN_PREFIX_DEFAULT = an eighth of the room
+     * above the minimum, at most 256 MiB; 0 = none (--no-prefix-cache); else these bytes (part
+     * of the minimum). */
+    uint64_t prefix_ram;
 };
+
+#define DSV4_PLAN_PREFIX_DEFAULT UINT64_MAX
 
 struct dsv4_plan {
     struct dsv4_plan_opts o;        /* with defaults filled in */
@@ -46,6 +52,7 @@ struct dsv4_plan {
     uint64_t session_scratch;       /* once: a forward step's activations (chunk rows) */
     uint64_t sessions_total;        /* sessions × state + the step scratch */
     uint64_t compute_scratch;       /* logits rows, result buffers, lease table */
+    uint64_t prefix_ram;            /* the prefix cache's RAM tier (compute) */
     uint64_t overhead;              /* processes: code, libraries, allocator, checkpoint index */
     uint64_t fixed;                 /* everything above */
     uint64_t slot_bytes;            /* one expert slot (upper bound: O_DIRECT-aligned spans) */

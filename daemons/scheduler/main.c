@@ -109,7 +109,7 @@ void finish(struct sched *s, struct req *r, int reason)
 {
     uint64_t now = dsv4_now_ns();
     if (r->kind == DSV4_MSG_GENERATE) {
-        struct dsv4_msg_done d = { r->id, (uint32_t)reason, r->n_gen, r->n_prompt, 0 };
+        struct dsv4_msg_done d = { r->id, (uint32_t)reason, r->n_gen, r->n_prompt, r->n_cached };
         dsv4_wire_simple(&s->out, DSV4_MSG_DONE, &d, sizeof(d));
     } else {
         struct dsv4_msg_done d = { r->id, DSV4_DONE_LENGTH, 0, r->n_prompt, 0 };
@@ -432,6 +432,18 @@ static void on_compute(struct sched *s)
         fail(s, r, e->code, text);
         return;
     }
+    if (m.type == DSV4_MSG_ACK && r->cmd == DSV4_MSG_PREFIX_RESTORE) {
+        int64_t pos = ((const struct dsv4_msg_ack *)m.body)->pos;
+        r->restore_tried = true;
+        if (pos < 0 || pos >= (int64_t)r->n_tok)
+            pos = 0;    /* at most every token but the last: anything else is ignored */
+        r->cpos = pos;
+        if (!r->cached_known) {     /* the first prefill's figure (a replay's is not the client's) */
+            r->n_cached = (uint32_t)DSV4_MIN(pos, (int64_t)r->n_prompt);
+            r->cached_known = true;
+        }
+        return;
+    }
     if (m.type == DSV4_MSG_ACK) {
         r->opened = true;
         r->cpos = 0;
@@ -495,6 +507,7 @@ static void on_peer(void *ctx, int role)
         r->seq = 0;
         if (r->state != R_FREE && r->opened) {
             r->opened = false;
+            r->restore_tried = false;   /* the replay restores what it can too */
             spec_reset(&r->spec);
             atomic_fetch_add(&s->d.stats->replayed_tokens, (uint64_t)r->cpos);
         }

@@ -45,6 +45,10 @@ struct req {
     uint32_t n_top;
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t seq;               /* the command in flight for this request; 0: none */
+    uint16_t cmd;               /* its type */
+    bool restore_tried;         /* PREFIX_RESTORE answered for the session open now */
+    bool cached_known;          /* n_cached is the first prefill's */
+    uint32_t n_cached;          /* prompt tokens restored from the prefix cache (DONE) */
     uint64_t t_submit, t_last;
     uint64_t t_sent;            /* last message to the client (PROGRESS probes the rest) */
     bool first_sent, stepped;   /* stepped: it has been in a step (queue wait measured) */

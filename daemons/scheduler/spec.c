@@ -51,7 +51,8 @@ bool spec_issue(struct spec_req *q, struct dsv4_wire_buf *b, uint64_t seq, uint6
     int L = dsv4_spec_policy_len(&q->pol, q->conf, lmax);
     if (L == 0)
         return false;   /* a plain step after all (the drafting time counts in it) */
-    struct dsv4_msg_forward f = { seq, session, (uint32_t)L + 1, 0, DSV4_FWD_ALL_ROWS, 0 };
+    struct dsv4_msg_forward f = { seq, session, (uint32_t)L + 1, 0,
+                                  DSV4_FWD_ALL_ROWS | DSV4_FWD_SPECULATIVE, 0 };
     dsv4_wire_begin(b, DSV4_MSG_FORWARD);
     dsv4_wire_put(b, &f, sizeof(f));
     for (int i = 0; i <= L; i++) {

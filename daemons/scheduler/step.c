@@ -53,6 +53,7 @@ static bool send_now(struct sched *s, struct req *r, uint64_t seq, struct dsv4_w
         return false;   /* compute not connected (restarting): retry on the next step */
     }
     r->seq = seq;
+    r->cmd = ((const struct dsv4_msg_hdr *)(const void *)b->p)->type;
     s->n_inflight++;
     return true;
 }
@@ -73,6 +74,14 @@ static enum cmd next_command(struct sched *s, struct req *r, struct dsv4_wire_bu
         if (r->n_gen > 0)   /* a replay (compute restart) or a resumed request */
             atomic_fetch_add(&s->d.stats->replays, 1);
         c = send_now(s, r, seq, &s->out) ? CMD_SENT : CMD_NONE;
+    } else if (r->kind == DSV4_MSG_GENERATE && !r->restore_tried && r->cpos == 0 && r->n_tok > 1) {
+        /* the longest cached prefix of the sequence first (compute answers 0 without a cache) */
+        struct dsv4_msg_prefix_restore pr = { seq, r->session, r->n_tok, 0 };
+        dsv4_wire_begin(&s->out, DSV4_MSG_PREFIX_RESTORE);
+        dsv4_wire_put(&s->out, &pr, sizeof(pr));
+        dsv4_wire_put(&s->out, r->toks, (size_t)r->n_tok * sizeof(int32_t));
+        dsv4_wire_finish(&s->out);
+        c = send_now(s, r, seq, &s->out) ? CMD_SENT : CMD_NONE;
     } else if (r->kind == DSV4_MSG_GENERATE && r->cpos > 0 && r->cpos == (int64_t)r->n_tok - 1) {
         if (spec_issue(&r->spec, b, seq, r->session, r->cpos, r->toks[r->n_tok - 1], r->n_gen,
                        r->max_tokens)) {
@@ -87,8 +96,10 @@ static enum cmd next_command(struct sched *s, struct req *r, struct dsv4_wire_bu
         }
     }
     atomic_fetch_add(&s->d.stats->spec_quench, r->spec.pol.st.quench_events - q0);
-    if (c == CMD_FORWARD)
+    if (c == CMD_FORWARD) {
         r->seq = seq;
+        r->cmd = DSV4_MSG_FORWARD;
+    }
     return c;
 }
 
@@ -156,6 +167,7 @@ void schedule(struct sched *s)
         uint64_t seq = ++s->seq;
         build_forward(s, r, seq, n, &s->fwd[n_fw]);
         r->seq = seq;
+        r->cmd = DSV4_MSG_FORWARD;
         rows += n;
         fw[n_fw++] = r;
     }

@@ -28,6 +28,8 @@ static void usage(void)
             "usage: dsv4-supervisor --model DIR [--run-dir DIR] [--threads N] [--memory-gb N]\n"
             "       [--budget-bytes N] [--cache-bytes N] [--session-bytes N]\n"
             "       [--drafter-cache-bytes N] [--sessions N] [--step-tokens N] [--max-ctx N]\n"
+            "       [--prefix-cache-mb N] [--prefix-cache-gb N] [--prefix-cache-dir DIR]\n"
+            "       [--no-prefix-cache]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
             "       [--watchdog-s N] [--stall-s N] [--dspark [--dspark-trace FILE]] [--foreground]\n"
             "       [--ready-fd FD]\n"
@@ -48,6 +50,10 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "drafter-cache-bytes", required_argument, NULL, 'D' },
         { "sessions", required_argument, NULL, 's' },
         { "step-tokens", required_argument, NULL, 'k' },
+        { "prefix-cache-mb", required_argument, NULL, 'P' },
+        { "prefix-cache-gb", required_argument, NULL, 'G' },
+        { "prefix-cache-dir", required_argument, NULL, 'X' },
+        { "no-prefix-cache", no_argument, NULL, 'O' },
         { "max-ctx", required_argument, NULL, 'c' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "metrics-required", no_argument, NULL, 'R' },
@@ -89,6 +95,20 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &o->sessions); break;
         case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 0, 1 << 20, &o->step_tokens);
             break;
+        case 'P': {
+            int mb;
+            r = dsv4_parse_int_opt(me, "prefix-cache-mb", optarg, 0, 1 << 30, &mb);
+            o->prefix_mb = optarg;
+            break;
+        }
+        case 'G': {
+            double gb;
+            r = dsv4_parse_double_opt(me, "prefix-cache-gb", optarg, 0, 1 << 20, &gb);
+            o->prefix_gb = optarg;
+            break;
+        }
+        case 'X': o->prefix_dir = optarg; break;
+        case 'O': o->no_prefix = true; break;
         case 'c':
             if ((r = dsv4_parse_i64(optarg, 0, INT32_MAX, &o->max_ctx)) < 0)
                 fprintf(stderr, "%s: --max-ctx: '%s' is not an integer in [0, %d]\n", me, optarg,

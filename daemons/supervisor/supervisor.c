@@ -115,7 +115,7 @@ static int spawn(struct sv *s, struct child *c)
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
         setenv("DSV4_SUPERVISED", "1", 1);
-        /* 5 fixed + at most 10 per role + NULL; every option appended, never overwritten */
+        /* 5 fixed + at most 18 per role (compute) + NULL; every option appended */
         char *argv[32] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
         char **a = argv + 5;
         bool fetcher = s->ch[DSV4_ROLE_FETCHER].present;
@@ -157,6 +157,16 @@ static int spawn(struct sv *s, struct child *c)
                 *a++ = "--cache-bytes";
                 *a++ = dcache;
             }
+            if (s->o->no_prefix)
+                *a++ = "--no-prefix-cache";
+            const char *const pfx[][2] = { { "--prefix-cache-mb", s->o->prefix_mb },
+                                           { "--prefix-cache-gb", s->o->prefix_gb },
+                                           { "--prefix-cache-dir", s->o->prefix_dir } };
+            for (size_t i = 0; i < DSV4_ARRAY_SIZE(pfx) && !s->o->no_prefix; i++)
+                if (pfx[i][1]) {
+                    *a++ = (char *)pfx[i][0];
+                    *a++ = (char *)pfx[i][1];
+                }
         }
         if (c->role == DSV4_ROLE_SCHEDULER && s->o->dspark)
             *a++ = "--dspark";

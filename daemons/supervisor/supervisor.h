@@ -26,6 +26,9 @@ struct supervisor_opts {
                                    * drafter's expert LRU; the target's experts are the fetcher's) */
     int sessions;               /* scheduler --max-active (0: its default) */
     int step_tokens;            /* scheduler --step-tokens (0: its default) */
+    /* compute's prefix cache: passed on as given (NULL: compute's default) */
+    const char *prefix_mb, *prefix_gb, *prefix_dir;
+    bool no_prefix;
     int64_t max_ctx;            /* scheduler --max-ctx: positions one request may need (0: its
                                  * default); the plan sized every session for it */
     const char *metrics_addr;   /* HOST:PORT of /metrics; NULL: none */

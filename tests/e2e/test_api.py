@@ -26,6 +26,10 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
   concurrent  32 clients at once: each gets the exact text or a clean 429 with Retry-After
   restarts    kill -9 of the scheduler, then of compute, mid-stream: each stream goes on and
               equals the uninterrupted text; kill -9 of dsv4-api: restarted on the same address
+  prefix      a conversation's second turn through /v1/chat/completions and /v1/messages
+              reports the tokens the prefix cache restored (usage.prompt_tokens_details.
+              cached_tokens; Anthropic cache_read_input_tokens, input_tokens the rest) and
+              answers what an uncached set answers
   sdk         the official `openai` and `@anthropic-ai/sdk` npm clients (tools/npm): chat,
               stream, completions, messages and a messages stream give the text gen gives
 """
@@ -309,7 +313,9 @@ def chat():
         s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
                                         "messages": [{"role": "user", "content": MSG}]})
         assert s == 200 and r["type"] == "message" and r["content"][-1]["text"] == ref, r
-        assert r["usage"] == {"input_tokens": len(ids), "output_tokens": u["completion_tokens"]}
+        assert r["usage"] == {"input_tokens": len(ids), "cache_creation_input_tokens": 0,
+                              "cache_read_input_tokens": 0,
+                              "output_tokens": u["completion_tokens"]}, r["usage"]
         assert r["stop_reason"] == ("max_tokens" if fin == "length" else "end_turn"), r
         s, _, r = post("/v1/messages", {"model": MODEL_ID, "max_tokens": 24, "temperature": 0,
                                         "stop_sequences": [stop],
@@ -725,6 +731,45 @@ def restarts():
         stop_and_check(st)
 
 
+def prefix():
+    """Turn 2 of a chat restores turn 1's blocks: cached_tokens > 0, same answer as uncached."""
+    cache = os.path.join(scratch, "api-prefix-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    long_msg = " ".join(f"The weather on day {i} was mild and the wind came from the west."
+                        for i in range(30))
+    turn1 = [{"role": "user", "content": long_msg}]
+    answers = {}
+    for cached in (False, True):
+        st = start(*(["--prefix-cache-dir", cache] if cached else ["--no-prefix-cache"]))
+        try:
+            s, _, r1 = post("/v1/chat/completions", {"model": MODEL_ID, "messages": turn1,
+                                                     "max_tokens": 16, "temperature": 0})
+            assert s == 200, r1
+            turn2 = turn1 + [{"role": "assistant",
+                              "content": r1["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "And the day after?"}]
+            s, _, r2 = post("/v1/chat/completions", {"model": MODEL_ID, "messages": turn2,
+                                                     "max_tokens": 16, "temperature": 0})
+            s, _, a2 = post("/v1/messages", {"model": MODEL_ID, "messages": turn2,
+                                             "max_tokens": 16, "temperature": 0})
+            assert s == 200, a2
+            c2 = r2["usage"]["prompt_tokens_details"]["cached_tokens"]
+            ca = a2["usage"]["cache_read_input_tokens"]
+            if cached:
+                assert 128 <= c2 < r2["usage"]["prompt_tokens"], r2["usage"]
+                assert ca >= 128 and a2["usage"]["input_tokens"] + ca == \
+                    r2["usage"]["prompt_tokens"], (a2["usage"], r2["usage"])
+            else:
+                assert c2 == 0 and ca == 0, (r2["usage"], a2["usage"])
+            answers[cached] = (r1["choices"][0]["message"]["content"],
+                               r2["choices"][0]["message"]["content"],
+                               a2["content"][-1]["text"])
+        finally:
+            stop_and_check(st)
+    assert answers[True] == answers[False], answers
+    print(f"# prefix: turn 2 restored {c2} of {r2['usage']['prompt_tokens']} prompt tokens")
+
+
 def sdk():
     if not node or not os.path.exists(os.path.join(os.path.dirname(sdk_script), "..", "..",
                                                    "tools", "npm", "node_modules", "openai")):
@@ -748,6 +793,6 @@ def sdk():
         stop_and_check(st)
 
 
-scenarios = {"chat": chat, "tools": tools, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
+scenarios = {"prefix": prefix, "chat": chat, "tools": tools, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
              "restarts": restarts, "sdk": sdk}
 scenarios[scenario]()

@@ -31,6 +31,12 @@ process and no shared-memory segment is left):
               compute's steps carried several sessions (steps, step_sessions, step_rows) and
               the metrics endpoint shows the batching families; on the DSpark fixture with
               --dspark, speculating and plain requests share steps and stay exact
+  prefix      the prefix cache through the daemons: a chat's second turn (its first turn plus
+              more) restores the first turn's blocks (DONE n_cached, compute's counters) and
+              prints exactly the uncached ids; after stop/start the disk tier serves it; a
+              corrupted cache file is skipped and deleted (bad_files), the ids still exact;
+              --no-prefix-cache restores nothing; with --dspark (the DSpark fixture) the
+              drafter's state restores too and the ids stay those of plain decoding
   dspark      `start --dspark` on the DSpark fixture (verify length forced to the whole block,
               DSV4_TEST_DSPARK_VERIFY): for every golden prompt gen prints the ids of
               `dsv4ctl run --no-dspark`, the speculation counters move; then a kill -9 of compute
@@ -601,6 +607,79 @@ def batching():
     batching_on(["--dspark"], prompts, sampled=set(), dspark_model=True)
 
 
+def gen_done(*args, prompt, n):
+    """gen --format jsonl: (ids as `--format ids` prints them, the DONE event)."""
+    out = ctl("gen", "--run-dir", run_dir, "--prompt-ids", prompt, "--max-tokens", str(n),
+              "--format", "jsonl", *args).stdout.splitlines()
+    evs = [json.loads(x) for x in out]
+    return " ".join(str(e["id"]) for e in evs[:-1]) + "\n", evs[-1]
+
+
+def prefix():
+    global model
+    cache = os.path.join(scratch, "e2e-prefix-cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    turn1 = "0," + ",".join(str((i * 37 + 11) % 250 + 2) for i in range(299))   # 300 ids
+    for dspark in (False, True):
+        if dspark:
+            fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
+            model = os.path.join(fixtures, "tiny-dspark")
+            shutil.rmtree(cache, ignore_errors=True)
+        extra = ["--dspark"] if dspark else []
+        ref1 = run_ref(turn1, 20, "--no-prefix-cache", *(["--no-dspark"] if dspark else []))
+        turn2 = turn1 + "," + ref1.replace(" ", ",").strip() + ",7,8,9"
+        ref2 = run_ref(turn2, 20, "--no-prefix-cache", *(["--no-dspark"] if dspark else []))
+        st = start("--prefix-cache-dir", cache, *extra)
+        try:
+            ids, done = gen_done(prompt=turn1, n=20)
+            assert ids == ref1 and done["n_cached"] == 0, (ids, ref1, done)
+            ids, done = gen_done(prompt=turn2, n=20)
+            n2 = len(turn2.split(","))
+            assert ids == ref2, (ids, ref2)
+            assert 256 <= done["n_cached"] < n2, done     # turn 1's two 128-token blocks, at least
+            c = daemon(status()[1], "compute")
+            assert c["prefix_hit_tokens"] == done["n_cached"] and c["prefix_disk_entries"] >= 2, c
+            log = open(os.path.join(run_dir, "compute.log")).read()
+            assert "restored" in log and "prefix cache" in log, log[-2000:]
+        finally:
+            stop_and_check(st)
+        # the disk tier after a restart
+        st = start("--prefix-cache-dir", cache, *extra)
+        try:
+            ids, done = gen_done(prompt=turn2, n=20)
+            assert ids == ref2 and done["n_cached"] >= 256, (ids, done)
+        finally:
+            stop_and_check(st)
+        # damaged block files (RAM is empty after the restart): each skipped with one log line
+        # and deleted, never a wrong token
+        blocks = [f for f in glob.glob(os.path.join(cache, "**"), recursive=True)
+                  if os.path.isfile(f)]
+        assert blocks, cache
+        for f in blocks:
+            with open(f, "r+b") as fh:
+                fh.seek(os.path.getsize(f) // 2)
+                b = fh.read(1)
+                fh.seek(-1, 1)
+                fh.write(bytes([b[0] ^ 0x55]))
+        st = start("--prefix-cache-dir", cache, *extra)
+        try:
+            ids, done = gen_done(prompt=turn2, n=20)
+            assert ids == ref2 and done["n_cached"] == 0, (ids, ref2, done)
+            c = daemon(status()[1], "compute")
+            assert c["prefix_bad_files"] >= 1, c
+        finally:
+            stop_and_check(st)
+    # off: nothing restored
+    st = start("--prefix-cache-dir", cache, "--no-prefix-cache")
+    try:
+        ids, done = gen_done(prompt=turn1, n=20)
+        ids, done = gen_done(prompt=turn1, n=20)
+        assert done["n_cached"] == 0, done
+    finally:
+        stop_and_check(st)
+    print("# prefix cache: RAM hit, disk hit after restart, corrupt files skipped, off")
+
+
 def dspark():
     global model
     fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures")
@@ -682,7 +761,7 @@ def dspark():
 
 
 scenarios = {"progress": progress, "watchdog": watchdog, "client-gone": client_gone,
-             "dspark": dspark, "batching": batching,
+             "dspark": dspark, "batching": batching, "prefix": prefix,
              "goldens": goldens, "crash-loop": crash_loop, "bad-model": bad_model, "contracts": contracts, "kill-fetcher": lambda: kill_one("fetcher"),
              "kill-compute": lambda: kill_one("compute"),
              "kill-scheduler": lambda: kill_one("scheduler"), "concurrent": concurrent,

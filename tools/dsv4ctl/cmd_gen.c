@@ -217,7 +217,7 @@ int dsv4ctl_gen(int argc, char **argv)
         rc = DSV4_EXIT_DATAERR;
     }
     int32_t *got = dsv4_xmalloc((size_t)a.max_tokens * sizeof(int32_t));
-    uint32_t n_got = 0;
+    uint32_t n_got = 0, n_cached = 0;
     uint64_t id = client_new_id();
     struct dsv4_detok dt;
     if (tok)
@@ -307,6 +307,7 @@ int dsv4ctl_gen(int argc, char **argv)
             if (d->req_id != id)
                 continue;
             static const char *const reasons[] = { "eos", "length", "stop", "cancelled" };
+            n_cached = d->n_cached;
             if (!strcmp(format, "text")) {
                 const char *piece;
                 size_t len;
@@ -314,8 +315,9 @@ int dsv4ctl_gen(int argc, char **argv)
                 fwrite(piece, 1, len, stdout);
             }
             if (!strcmp(format, "jsonl"))
-                printf("{\"done\":true,\"reason\":\"%s\",\"n_generated\":%u,\"n_prompt\":%u}\n",
-                       reasons[d->reason], d->n_generated, d->n_prompt);
+                printf("{\"done\":true,\"reason\":\"%s\",\"n_generated\":%u,\"n_prompt\":%u,"
+                       "\"n_cached\":%u}\n",
+                       reasons[d->reason], d->n_generated, d->n_prompt, d->n_cached);
             else
                 printf("\n");
             done = true;
@@ -340,6 +342,7 @@ int dsv4ctl_gen(int argc, char **argv)
             fprintf(stderr, "decode: %u tokens in %.3f s (%.2f tok/s)\n", n_got - 1, dec,
                     (n_got - 1) / dec);
         fprintf(stderr, "ttft: %.3f s\n", pre);
+        fprintf(stderr, "prefix-cache: restored %u of %zu prompt tokens\n", n_cached, prompt.n);
     }
     if (tok) {
         dsv4_detok_free(&dt);

@@ -21,7 +21,8 @@
 #include "session_layout.h"
 
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
-                      int threads, bool dspark, struct dsv4_plan *ret, struct dsv4_err *err)
+                      int threads, bool dspark, uint64_t prefix_ram, struct dsv4_plan *ret,
+                      struct dsv4_err *err)
 {
     struct dsv4_config cfg;
     int rc = dsv4_config_load(model, &cfg, err);
@@ -32,7 +33,8 @@ int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int 
                                 .max_ctx = max_ctx,
                                 .sessions = sessions,
                                 .threads = threads,
-                                .dspark = dspark };
+                                .dspark = dspark,
+                                .prefix_ram = prefix_ram };
     if (statvfs("/dev/shm", &vfs) == 0)
         o.shm_avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
     return dsv4_plan_make(&cfg, &o, ret, err) < 0 ? DSV4_EXIT_FAIL : DSV4_EXIT_OK;
@@ -96,7 +98,8 @@ int dsv4ctl_plan(int argc, char **argv)
     }
     struct dsv4_plan p;
     struct dsv4_err err;
-    int rc = dsv4ctl_make_plan(model, gb, ctx, sessions, threads, dspark, &p, &err);
+    int rc = dsv4ctl_make_plan(model, gb, ctx, sessions, threads, dspark,
+                               DSV4_PLAN_PREFIX_DEFAULT, &p, &err);
     if (rc != DSV4_EXIT_OK && rc != DSV4_EXIT_FAIL) {
         fprintf(stderr, "dsv4ctl plan: %s\n", err.msg);
         return rc;

@@ -40,9 +40,9 @@
 
 /* The supervisor's command line: every value as text, the strings owned by `a`. */
 struct sv_argv {
-    char *v[40];
+    char *v[64];
     int n;
-    char num[12][32];
+    char num[16][32];
     int n_num;
 };
 
@@ -80,6 +80,10 @@ int dsv4ctl_start(int argc, char **argv)
         { "max-ctx", required_argument, NULL, 'c' },
         { "sessions", required_argument, NULL, 's' },
         { "step-tokens", required_argument, NULL, 'k' },
+        { "prefix-cache-mb", required_argument, NULL, 'P' },
+        { "prefix-cache-gb", required_argument, NULL, 'G' },
+        { "prefix-cache-dir", required_argument, NULL, 'X' },
+        { "no-prefix-cache", no_argument, NULL, 'O' },
         { "foreground", no_argument, NULL, 'f' },
         { "metrics-addr", required_argument, NULL, 'M' },
         { "no-metrics", no_argument, NULL, 'N' },
@@ -99,6 +103,9 @@ int dsv4ctl_start(int argc, char **argv)
     const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL, *dspark_trace = NULL;
     bool metrics_explicit = false, api_explicit = false, fg = false, dspark = false;
     int threads = dsv4ctl_default_threads(), sessions = 0, step_tokens = 0, r = 0, c;
+    int prefix_mb = -1;             /* -1: the plan's default */
+    const char *prefix_gb = NULL, *prefix_dir = NULL;
+    bool no_prefix = false;
     double memory_gb = 0, tmp;
     int64_t max_ctx = 0;
     optind = 1;
@@ -117,6 +124,14 @@ int dsv4ctl_start(int argc, char **argv)
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
         case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 1, DSV4_WIRE_MAX_TOKENS,
                                          &step_tokens); break;
+        case 'P': r = dsv4_parse_int_opt(me, "prefix-cache-mb", optarg, 0, 1 << 30, &prefix_mb);
+            break;
+        case 'G':
+            r = dsv4_parse_double_opt(me, "prefix-cache-gb", optarg, 0, 1 << 20, &tmp);
+            prefix_gb = optarg;
+            break;
+        case 'X': prefix_dir = optarg; break;
+        case 'O': no_prefix = true; break;
         case 'f': fg = true; break;
         case 'D': dspark = true; break;
         case 'T': dspark_trace = optarg; break;
@@ -152,7 +167,12 @@ int dsv4ctl_start(int argc, char **argv)
                    "  --sessions   requests served at once, batched in every step\n"
                    "               (default 4; the plan sizes their memory)\n"
                    "  --step-tokens  rows of a step that prompts being prefilled may share with\n"
-                   "               decoding requests (default 64: bounds their inter-token time)\n");
+                   "               decoding requests (default 64: bounds their inter-token time)\n"
+                   "  --prefix-cache-mb N  RAM tier of the prefix cache (default: an eighth of\n"
+                   "               the plan's room for experts, at most 256 MiB); --prefix-cache-gb N:\n"
+                   "               disk tier\n"
+                   "               (default 8); --prefix-cache-dir DIR (default\n"
+                   "               $XDG_CACHE_HOME/dsv4/<model id>); --no-prefix-cache\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -178,7 +198,10 @@ int dsv4ctl_start(int argc, char **argv)
     }
     struct dsv4_plan plan;
     struct dsv4_err err;
-    int prc = dsv4ctl_make_plan(model, memory_gb, max_ctx, sessions, threads, dspark, &plan, &err);
+    uint64_t prefix_ram = no_prefix ? 0 : prefix_mb >= 0 ? (uint64_t)prefix_mb << 20
+                                                         : DSV4_PLAN_PREFIX_DEFAULT;
+    int prc = dsv4ctl_make_plan(model, memory_gb, max_ctx, sessions, threads, dspark, prefix_ram,
+                                &plan, &err);
     if (prc != DSV4_EXIT_OK) {
         fprintf(stderr, "%s: %s\n", me, err.msg);
         return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
@@ -205,6 +228,19 @@ int dsv4ctl_start(int argc, char **argv)
     add_num(&a, "--sessions", "%d", plan.o.sessions);
     if (step_tokens)
         add_num(&a, "--step-tokens", "%d", step_tokens);
+    if (no_prefix) {
+        add(&a, "--no-prefix-cache");
+    } else {
+        add_num(&a, "--prefix-cache-mb", "%llu", (unsigned long long)(plan.prefix_ram >> 20));
+        if (prefix_gb) {
+            add(&a, "--prefix-cache-gb");
+            add(&a, prefix_gb);
+        }
+        if (prefix_dir) {
+            add(&a, "--prefix-cache-dir");
+            add(&a, prefix_dir);
+        }
+    }
     add_num(&a, "--max-ctx", "%lld", (long long)plan.o.max_ctx);
     if (metrics_addr) {
         add(&a, "--metrics-addr");
