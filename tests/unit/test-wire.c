@@ -217,7 +217,52 @@ static void test_ranges(void **state)
     memcpy(b.p + 16, &f, sizeof(f));
     memcpy(b.p + 16 + sizeof(f), rows, sizeof(rows));
     assert_int_not_equal(decode(&b, &m, &errc), 0);
+    /* FORWARD flags: MORE and SPECULATIVE are known, the next bit is not */
+    static const uint32_t flags[] = { DSV4_FWD_MORE, DSV4_FWD_SPECULATIVE | DSV4_FWD_ALL_ROWS,
+                                      DSV4_FWD_MORE | DSV4_FWD_LOGITS, 16u };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(flags); i++) {
+        f = (struct dsv4_msg_forward){ 1, 2, 2, 0, flags[i], 0 };
+        rows[1].pos = 11;
+        memcpy(b.p + 16, &f, sizeof(f));
+        memcpy(b.p + 16 + sizeof(f), rows, sizeof(rows));
+        assert_int_equal(decode(&b, &m, &errc) == 0, flags[i] != 16u);
+    }
     dsv4_wire_buf_free(&b);
+
+    /* PREFIX_RESTORE: 1..MAX ids, each >= 0, padding zero, the array inside the frame */
+    struct { struct dsv4_msg_prefix_restore h; int32_t ids[3]; size_t put; bool ok; } pr[] = {
+        { { 1, 2, 3, 0 }, { 0, 5, 6 }, 3, true },
+        { { 1, 2, 0, 0 }, { 0, 5, 6 }, 0, false },
+        { { 1, 2, 3, 1 }, { 0, 5, 6 }, 3, false },
+        { { 1, 2, 3, 0 }, { 0, -5, 6 }, 3, false },
+        { { 1, 2, 3, 0 }, { 0, 5, 6 }, 2, false },
+        { { 1, 2, DSV4_WIRE_MAX_TOKENS + 1, 0 }, { 0, 5, 6 }, 3, false },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(pr); i++) {
+        struct dsv4_wire_buf rb = { 0 };
+        dsv4_wire_begin(&rb, DSV4_MSG_PREFIX_RESTORE);
+        dsv4_wire_put(&rb, &pr[i].h, sizeof(pr[i].h));
+        dsv4_wire_put(&rb, pr[i].ids, pr[i].put * sizeof(int32_t));
+        dsv4_wire_finish(&rb);
+        if ((decode(&rb, &m, &errc) == 0) != pr[i].ok)
+            fail_msg("PREFIX_RESTORE case %zu", i);
+        if (pr[i].ok)
+            assert_int_equal(((const struct dsv4_msg_prefix_restore *)m.body)->n_tokens, 3);
+        dsv4_wire_buf_free(&rb);
+    }
+    /* DONE: n_cached <= n_prompt */
+    const struct { struct dsv4_msg_done d; bool ok; } dn[] = {
+        { { 7, DSV4_DONE_LENGTH, 4, 300, 256 }, true }, { { 7, DSV4_DONE_EOS, 4, 300, 300 }, true },
+        { { 7, DSV4_DONE_LENGTH, 4, 300, 301 }, false }, { { 7, 9, 4, 300, 0 }, false },
+    };
+    for (size_t i = 0; i < DSV4_ARRAY_SIZE(dn); i++) {
+        struct dsv4_wire_buf db = { 0 };
+        dsv4_wire_simple(&db, DSV4_MSG_DONE, &dn[i].d, sizeof(dn[i].d));
+        assert_int_equal(decode(&db, &m, &errc) == 0, dn[i].ok);
+        if (dn[i].ok)
+            assert_int_equal(((const struct dsv4_msg_done *)m.body)->n_cached, dn[i].d.n_cached);
+        dsv4_wire_buf_free(&db);
+    }
 }
 
 /* top-k against repeated argmax-with-exclusion (the old O(k²·V) definition), with many ties. */
