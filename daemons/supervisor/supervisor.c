@@ -463,9 +463,26 @@ static void write_addr(const char *path, const char *bound)
         dsv4_log_warn("supervisor", "%s", err.msg);
 }
 
+/*
+ * A default address (not asked for) that someone else holds — another set on this host, or
+ * another user squatting on it — must neither stop the set nor leave it without the service:
+ * the same host on any free port, with a warning naming both (status and RUN_DIR/<name>-addr
+ * give the one in use). An address asked for must work.
+ */
+static const char *default_fallback(const char *what, const char *addr, const char *why,
+                                    char *buf, size_t n)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return NULL;
+    snprintf(buf, n, "%.*s:0", (int)(colon - addr), addr);
+    dsv4_log_warn("supervisor", "%s; %s on another port (the address in use is in dsv4ctl status)",
+                  why, what);
+    return buf;
+}
+
 /* The exporter runs on its own thread here: this process maps every stats page and outlives
- * the daemons. Started after the signal mask is set, so its thread inherits it. A busy default
- * address only warns (another set on this host has it); an address asked for must work. */
+ * the daemons. Started after the signal mask is set, so its thread inherits it. */
 static int start_metrics(struct sv *s, int *ready_fd)
 {
     char *bound = s->metrics_addr, path[DSV4_PATH_MAX + 32];
@@ -480,8 +497,15 @@ static int start_metrics(struct sv *s, int *ready_fd)
         s->view.in_set[r] = s->ch[r].present;
     }
     struct dsv4_err err;
-    if (dsv4_metrics_start(s->o->metrics_addr, &s->view, &s->metrics, bound,
-                           sizeof(s->metrics_addr), &err) < 0) {
+    char alt[160];
+    const char *other = NULL;
+    int rc = dsv4_metrics_start(s->o->metrics_addr, &s->view, &s->metrics, bound,
+                                sizeof(s->metrics_addr), &err);
+    if (rc == -EADDRINUSE && !s->o->metrics_explicit &&
+        (other = default_fallback("metrics", s->o->metrics_addr, err.msg, alt, sizeof(alt))))
+        rc = dsv4_metrics_start(other, &s->view, &s->metrics, bound, sizeof(s->metrics_addr),
+                                &err);
+    if (rc < 0) {
         if (s->o->metrics_explicit) {
             say(ready_fd, "error: %s", err.msg);
             return -1;
@@ -496,8 +520,8 @@ static int start_metrics(struct sv *s, int *ready_fd)
 }
 
 /* dsv4-api's socket, bound here (port 0 resolved, RUN_DIR/api-addr) so it outlives restarts of
- * dsv4-api. Like the metrics: a busy default address only warns and the set runs without the
- * API; an address asked for must work. */
+ * dsv4-api. Like the metrics: a busy default address moves to another port (a warning); an
+ * address asked for must work. */
 static int start_api(struct sv *s, int *ready_fd)
 {
     char bound[128], path[DSV4_PATH_MAX + 32];
@@ -525,6 +549,11 @@ static int start_api(struct sv *s, int *ready_fd)
     snprintf(path, sizeof(path), "%s/api-addr", s->dir);
     struct dsv4_err err;
     s->api_fd = dsv4_tcp_listen("api", s->o->api_addr, 128, bound, sizeof(bound), &err);
+    char alt[160];
+    const char *other = NULL;
+    if (s->api_fd == -EADDRINUSE && !s->o->api_explicit &&
+        (other = default_fallback("API", s->o->api_addr, err.msg, alt, sizeof(alt))))
+        s->api_fd = dsv4_tcp_listen("api", other, 128, bound, sizeof(bound), &err);
     if (s->api_fd < 0) {
         c->present = false;
         if (s->o->api_explicit) {

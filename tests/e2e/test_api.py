@@ -30,6 +30,9 @@ is left. What is compared is what `dsv4ctl gen` prints for the same request:
               reports the tokens the prefix cache restored (usage.prompt_tokens_details.
               cached_tokens; Anthropic cache_read_input_tokens, input_tokens the rest) and
               answers what an uncached set answers
+  squatted    the default API (8080) and metrics (9464) ports held by someone else: start
+              moves each to a free port with a warning, status names the ports in use, and
+              both answer there
   sdk         the official `openai` and `@anthropic-ai/sdk` npm clients (tools/npm): chat,
               stream, completions, messages and a messages stream give the text gen gives
 """
@@ -772,6 +775,40 @@ def prefix():
     print(f"# prefix: turn 2 restored {c2} of {r2['usage']['prompt_tokens']} prompt tokens")
 
 
+def squatted():
+    """Someone else holds the default ports: the set serves on other ones and says where."""
+    held = []
+    for port in (8080, 9464):
+        sq = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sq.bind(("127.0.0.1", port))
+            sq.listen(1)
+            held.append(sq)
+        except OSError:
+            sq.close()      # already held by someone: the same situation
+    shutil.rmtree(run_dir, ignore_errors=True)
+    ctl("start", "--model", model, "--run-dir", run_dir, timeout=120, env=env_with())
+    try:
+        st = status()
+        api, met = st["api_addr"], st["metrics_addr"]
+        assert api.startswith("127.0.0.1:") and not api.endswith(":8080"), st
+        assert met.startswith("127.0.0.1:") and not met.endswith(":9464"), st
+        assert daemon(st, "api")["state"] == "ready", st
+        global addr
+        addr = api
+        s, _, body = request("GET", "/health")
+        assert s == 200, (s, body)
+        with urllib.request.urlopen(f"http://{met}/metrics", timeout=10) as r:
+            assert b"dsv4_daemon_restarts_total" in r.read()
+        log = open(os.path.join(run_dir, "supervisor.log")).read()
+        assert "metrics on another port" in log and "API on another port" in log, log[-2000:]
+        print(f"# squatted defaults: API on {api}, metrics on {met}")
+    finally:
+        stop_and_check(status())
+        for sq in held:
+            sq.close()
+
+
 def sdk():
     if not node or not os.path.exists(os.path.join(os.path.dirname(sdk_script), "..", "..",
                                                    "tools", "npm", "node_modules", "openai")):
@@ -795,6 +832,6 @@ def sdk():
         stop_and_check(st)
 
 
-scenarios = {"prefix": prefix, "chat": chat, "tools": tools, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
+scenarios = {"squatted": squatted, "prefix": prefix, "chat": chat, "tools": tools, "seed": seed, "errors": errors, "abort": abort, "concurrent": concurrent,
              "restarts": restarts, "sdk": sdk}
 scenarios[scenario]()
