@@ -44,8 +44,9 @@ static bool zombie(int pid)
     return p && p[1] == ' ' && p[2] == 'Z';
 }
 
-/* Our processes that map a segment of the set named by `id` (its stats pages are mapped by
- * every daemon for its whole life): pids into pids[0..max), the count returned. */
+/* Our daemons (dsv4-*: not a dsv4ctl client, which maps the scheduler's page too) that map a
+ * segment of the set named by `id` (every daemon maps its stats page for its whole life):
+ * pids into pids[0..max), the count returned. */
 static int set_members(const char *id, int *pids, int max)
 {
     char needle[96];
@@ -60,8 +61,16 @@ static int set_members(const char *id, int *pids, int max)
         if (pid <= 0 || pid == getpid())
             continue;
         char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        bool daemon = fgets(line, sizeof(line), f) && !strncmp(line, "dsv4-", 5);
+        fclose(f);
+        if (!daemon)
+            continue;
         snprintf(path, sizeof(path), "/proc/%d/maps", pid);
-        FILE *f = fopen(path, "r");   /* another user's: EACCES, not ours to look at */
+        f = fopen(path, "r");   /* another user's: EACCES, not ours to look at */
         if (!f)
             continue;
         bool hit = false;
