@@ -8,12 +8,11 @@
  *
  * Then, and also when no supervisor runs (it may have been killed: its daemons follow it
  * through their parent-death signal but nobody removes what they used), stop verifies: any
- * process still mapping one of the set's segments is stopped (SIGTERM, then SIGKILL), the
- * set's segments, sockets and address files are removed, and what was found is said; the
+ * daemon (dsv4-*) still mapping one of the set's segments is stopped (SIGTERM, then SIGKILL),
+ * the set's segments, sockets and address files are removed, and what was found is said; the
  * exit status is 1 when the set had to be cleaned up after, 0 for a clean stop.
  */
 #include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
@@ -87,7 +86,8 @@ static int set_members(const char *id, int *pids, int max)
 /*
  * What a set left behind: processes (SIGTERM, after `grace` s SIGKILL), then segments,
  * sockets and address files. Holds the run dir's lock meanwhile, so that a `start` racing
- * with us is refused instead of losing its fresh files. Returns processes + files found.
+ * with us is refused instead of losing its fresh files. Returns the files removed; the
+ * processes found go to *n_procs.
  */
 static int sweep(const char *dir, double grace, int *n_procs)
 {
