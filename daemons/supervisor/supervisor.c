@@ -61,6 +61,7 @@ struct sv {
     struct dsv4_metrics *metrics;
     char metrics_addr[128];     /* bound address, "" when none */
     int api_fd;                 /* dsv4-api's listening socket, -1 when none */
+    uint64_t watched_ns;        /* when the watchdog last looked */
 };
 
 static void say(int *fd, const char *fmt, ...) DSV4_PRINTF(2, 3);
@@ -325,10 +326,20 @@ static void reap(struct sv *s, int *ready_fd)
 static void watchdog(struct sv *s, uint64_t now)
 {
     uint64_t hb_ns = (uint64_t)(s->o->watchdog_s * 1e9), stall_ns = (uint64_t)(s->o->stall_s * 1e9);
+    /* We did not run for a while (SIGSTOP, a starved machine; a turn waits 200 ms at most):
+     * the daemons' heartbeats of that time are still on their way in (ZeroMQ's I/O thread
+     * was stopped too), not missing. Judge from now on. */
+    bool gap = s->watched_ns && now - s->watched_ns > DSV4_NSEC_PER_SEC;
+    if (gap)
+        dsv4_log_warn("supervisor", "did not run for %.1f s: watchdog clocks restarted",
+                      (double)(now - s->watched_ns) / 1e9);
+    s->watched_ns = now;
     for (int r = 0; r < DSV4_ROLE_COUNT && !s->stopping; r++) {
         struct child *c = &s->ch[r];
         if (!c->pid || !c->ready || c->killed)
             continue;
+        if (gap)
+            c->beat_ns = c->still_since_ns = now;
         uint64_t progress = atomic_load(&c->stats->progress);
         bool work = r == DSV4_ROLE_COMPUTE &&
                     (atomic_load(&c->stats->active) || atomic_load(&s->ch[DSV4_ROLE_SCHEDULER].stats->active));

@@ -567,6 +567,17 @@ def errors():
         r = c.getresponse()
         check_error(r.status, json.loads(r.read()), 413)
         c.close()
+        # chunked at the edge: exactly the limit passes the size check (and is then refused
+        # as JSON); one byte more is 413 even when that byte comes last
+        for extra, want in ((0, 400), (1, 413)):
+            raw = b"[" * ((8 << 20) + extra)
+            c = http.client.HTTPConnection(host, int(port), timeout=60)
+            c.request("POST", C, iter([raw[i:i + 65536] for i in range(0, len(raw), 65536)]),
+                      {"Authorization": "Bearer sekrit-key", "Content-Type": "application/json"},
+                      encode_chunked=True)
+            r = c.getresponse()
+            check_error(r.status, json.loads(r.read()), want)
+            c.close()
         # the per-client connection cap (--max-conn-per-client, default 64): the next one is
         # closed unanswered; once they go, the client is served again
         socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(64)]

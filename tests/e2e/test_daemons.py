@@ -180,7 +180,9 @@ def contracts():
         assert g.returncode == 130 and len(out.split()) < 64, (g.returncode, out, err)
         assert out.split() == full[:len(out.split())], out
         rc, st3 = status()
-        assert daemon(st3, "scheduler")["requests_cancelled"] == 1, st3
+        if daemon(st3, "scheduler")["requests_cancelled"] != 1:
+            with open(os.path.join(run_dir, "scheduler.log")) as f:
+                raise AssertionError(f"requests_cancelled {st3}\n{f.read()[-4000:]}")
     finally:
         stop_and_check(st)
 

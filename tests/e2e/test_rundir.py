@@ -3,7 +3,8 @@
 
 usage: test_rundir.py DSV4CTL MODEL_DIR SCRATCH_DIR
 
-1. An existing directory that others can enter is refused as a run dir, never chmod'ed.
+1. An existing directory with any group or other permission bit is refused as a run dir,
+   never chmod'ed.
 2. A private directory holding a file that is not dsv4's is refused, the file untouched
    (stop and cleanup delete the set's own names: they must not meet a user's files).
 3. `stop` on a lock held by a process that wrote no pid ends within its timeout with exit 69
@@ -39,13 +40,14 @@ def start(run_dir, check=True):
                "--memory-gb", "1", check=check, timeout=120)
 
 
-# 1. a shared directory
-shared = os.path.join(base, "shared")
-os.mkdir(shared)
-os.chmod(shared, 0o755)
-p = start(shared, check=False)
-assert p.returncode != 0 and "lets others in" in p.stderr, (p.returncode, p.stderr)
-assert (os.stat(shared).st_mode & 0o777) == 0o755, oct(os.stat(shared).st_mode)
+# 1. a shared directory: any group or other bit at all
+for mode in (0o755, 0o750, 0o705, 0o701, 0o710):
+    shared = os.path.join(base, f"shared-{mode:o}")
+    os.mkdir(shared)
+    os.chmod(shared, mode)
+    p = start(shared, check=False)
+    assert p.returncode != 0 and "lets others in" in p.stderr, (oct(mode), p.returncode, p.stderr)
+    assert (os.stat(shared).st_mode & 0o777) == mode, oct(os.stat(shared).st_mode)
 
 # 2. a private directory of the user's
 mine = os.path.join(base, "mine")

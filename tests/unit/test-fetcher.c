@@ -273,6 +273,36 @@ static void test_layout(void **state)
     rm_rf(d2);
 }
 
+/* A directory entry naming a slot past the table (a corrupt or hostile segment) leases
+ * nothing, even when the bytes just past the table look like a ready slot of that key. */
+static void test_try_lease_bounds(void **state)
+{
+    (void)state;
+    struct dsv4_expert_shm tmpl;
+    memset(&tmpl, 0, sizeof(tmpl));
+    struct dsv4_eshm_geometry g = { 2, 4, 3, 64, 32, 4096 };
+    uint64_t size = dsv4_eshm_layout(&tmpl, &g);
+    assert_true(size >= tmpl.slots_offset + 4 * sizeof(struct dsv4_expert_slot_shm));
+    struct dsv4_expert_shm *s = aligned_alloc(DSV4_EXPERT_DATA_ALIGN,
+                                              DSV4_ALIGN_UP(size, DSV4_EXPERT_DATA_ALIGN));
+    memset(s, 0, size);
+    memcpy(s, &tmpl, sizeof(tmpl));
+    struct dsv4_expert_slot_shm *sl = dsv4_expert_shm_slots(s);
+    for (uint32_t i = 0; i <= s->n_slots; i++) {    /* [n_slots]: the ring past the table */
+        atomic_store(&sl[i].word, DSV4_SLOT_WORD(1, DSV4_SLOT_READY, 0));
+        atomic_store(&sl[i].key, 5);
+    }
+    _Atomic int32_t *dir = dsv4_expert_shm_dir(s);
+    atomic_store(&dir[5], (int32_t)s->n_slots);
+    assert_int_equal(dsv4_eshm_try_lease(s, 5), -1);
+    atomic_store(&dir[5], -1);
+    assert_int_equal(dsv4_eshm_try_lease(s, 5), -1);
+    atomic_store(&dir[5], (int32_t)s->n_slots - 1);
+    assert_int_equal(dsv4_eshm_try_lease(s, 5), (int)s->n_slots - 1);
+    assert_int_equal(DSV4_SLOT_LEASES(atomic_load(&sl[s->n_slots - 1].word)), 1);
+    free(s);
+}
+
 /* A segment under our name that is not ours alone (mode 0644 here; another owner alike) is
  * refused on attach, and so is a header whose offsets do not match its own geometry. */
 static void test_attach_refuses(void **state)
@@ -631,27 +661,34 @@ static void test_odirect_refused_falls_back(void **state)
 
 static void test_truncated_shard(void **state)
 {
-    char copy[600], cmd[2048];
-    snprintf(copy, sizeof(copy), "%s/fetcher-tiny-trunc", BUILD_DIR);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", copy, model_dir, copy);
-    assert_int_equal(system(cmd), 0);
-    struct fx x;
-    fx_start(&x, copy, 4, NULL);
-    /* Cut the last shard in half after the fetcher validated it: its experts now read short. */
-    const char *shard = dsv4_checkpoint_shard_path(x.ck, dsv4_checkpoint_n_shards(x.ck) - 1);
-    struct stat st;
-    assert_int_equal(stat(shard, &st), 0);
-    assert_int_equal(truncate(shard, st.st_size / 2), 0);
-    struct dsv4_expert_shm *s = dsv4_fetcher_client_shm(x.c);
-    int layer = (int)s->n_layers - 1, e = (int)s->n_experts - 1;
-    char name[128];
-    snprintf(name, sizeof(name), "layers.%d.ffn.experts.%d.w2.scale", layer, e);
-    const struct dsv4_tensor *t = dsv4_checkpoint_find(x.ck, name);
-    assert_true(t->shard == dsv4_checkpoint_n_shards(x.ck) - 1 &&
-                t->offset > (uint64_t)st.st_size / 2);
-    expect_failure(&x, layer, e, -EIO, "short read");
-    fx_stop(&x);
-    rm_rf(copy);
+    /* both backends: io_uring reports a short completion, pread sees end of file */
+    for (int pread_io = 0; pread_io < 2; pread_io++) {
+        char copy[600], cmd[2048];
+        snprintf(copy, sizeof(copy), "%s/fetcher-tiny-trunc", BUILD_DIR);
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s' && cp -r '%s' '%s'", copy, model_dir, copy);
+        assert_int_equal(system(cmd), 0);
+        if (pread_io)
+            setenv("DSV4_IO", "pread", 1);
+        struct fx x;
+        fx_start(&x, copy, 4, NULL);
+        unsetenv("DSV4_IO");
+        /* Cut the last shard in half after the fetcher validated it: its experts now read
+         * short. */
+        const char *shard = dsv4_checkpoint_shard_path(x.ck, dsv4_checkpoint_n_shards(x.ck) - 1);
+        struct stat st;
+        assert_int_equal(stat(shard, &st), 0);
+        assert_int_equal(truncate(shard, st.st_size / 2), 0);
+        struct dsv4_expert_shm *s = dsv4_fetcher_client_shm(x.c);
+        int layer = (int)s->n_layers - 1, e = (int)s->n_experts - 1;
+        char name[128];
+        snprintf(name, sizeof(name), "layers.%d.ffn.experts.%d.w2.scale", layer, e);
+        const struct dsv4_tensor *t = dsv4_checkpoint_find(x.ck, name);
+        assert_true(t->shard == dsv4_checkpoint_n_shards(x.ck) - 1 &&
+                    t->offset > (uint64_t)st.st_size / 2);
+        expect_failure(&x, layer, e, -EIO, "short read");
+        fx_stop(&x);
+        rm_rf(copy);
+    }
 }
 
 /* ---- the daemon: control plane, kill -9 mid-load, restart ---- */
@@ -875,6 +912,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_layout),
         cmocka_unit_test(test_attach_refuses),
+        cmocka_unit_test(test_try_lease_bounds),
         cmocka_unit_test(test_slot_state_machine_threads),
         cmocka_unit_test(test_rings_threads),
         cmocka_unit_test(test_every_expert_bytes),

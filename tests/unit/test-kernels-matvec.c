@@ -456,6 +456,34 @@ static void test_fp4_all_codes_and_scales(void **state)
     run_case(&c, x, 1);
 }
 
+/* Rows whose every block has a tiny scale (E8M0 bytes 0..3): nothing larger in the row
+ * hides how byte 0 decodes (2^-127, a subnormal; 2^-126 would double the row). Row 0 is
+ * exact: 256 weights of 1.0 at scale 2^-127 against x = 2^120 give 2. */
+static void test_fp4_tiny_scales(void **state)
+{
+    select_twin(state);
+    const uint32_t rows = 6, cols = 256;
+    uint8_t w[6 * 128], sc[6 * 8];
+    float x[256];
+    for (uint32_t i = 0; i < rows; i++) {
+        for (uint32_t j = 0; j < 128; j++)
+            w[i * 128 + j] = i == 0 ? 0x22 : (uint8_t)rnd();   /* E2M1 0x2 = 1.0 */
+        for (uint32_t j = 0; j < 8; j++)
+            sc[i * 8 + j] = i == 0 ? 0 : i == 1 ? (uint8_t)(j & 1) : (uint8_t)(rnd() % 4);
+    }
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = 0x1p120f;
+    struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+    c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+    run_case(&c, x, 1);
+    float y[6];
+    under_test->matvec_fp4(&c.f4, x, 1, y, rows, 0, rows);
+    assert_true(y[0] == 2.0f);
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = rnd_f(1.0f) * 0x1p118f;
+    run_case(&c, x, 1);
+}
+
 /* ---- BF16 ---- */
 
 static void test_bf16_random_shapes(void **state)
@@ -546,6 +574,7 @@ int main(void)
         {"fp8_special_x", test_fp8_special_x},
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
+        {"fp4_tiny_scales", test_fp4_tiny_scales},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
     };

@@ -4,8 +4,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "err.h"
 #include "util.h"
 
@@ -32,11 +34,43 @@ static void test_errf(void **state)
     assert_int_equal(dsv4_errf(NULL, -5, "ignored"), -5);
 }
 
+/* dsv4_grow makes room for `need` in one call, however far past the capacity (by doubling
+ * from 16), and a byte string takes one append many times its capacity. */
+static void test_grow(void **state)
+{
+    (void)state;
+    static const size_t needs[] = { 1, 16, 17, 100, 5000, 1u << 20 };
+    for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) {
+        for (size_t start = 0; start <= 16; start += 16) {
+            uint32_t *p = NULL;
+            size_t cap = 0;
+            if (start)
+                DSV4_GROW(p, cap, start);
+            DSV4_GROW(p, cap, needs[i]);
+            assert_true(cap >= needs[i] && cap >= 16 && (cap & (cap - 1)) == 0);
+            assert_true(cap < 2 * needs[i] || cap == 16 || cap == start);
+            memset(p, 0xab, cap * sizeof(*p));
+            free(p);
+        }
+    }
+    struct dsv4_buf b = { 0 };
+    char big[10000];
+    for (size_t i = 0; i < sizeof(big); i++)
+        big[i] = (char)('a' + i % 26);
+    dsv4_buf_append(&b, "x", 1);
+    dsv4_buf_append(&b, big, sizeof(big));
+    assert_int_equal(b.len, 1 + sizeof(big));
+    assert_true(b.cap > b.len && b.p[b.len] == '\0');
+    assert_memory_equal(b.p + 1, big, sizeof(big));
+    dsv4_buf_free(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_checked_arith),
         cmocka_unit_test(test_errf),
+        cmocka_unit_test(test_grow),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

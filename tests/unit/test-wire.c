@@ -140,6 +140,20 @@ static void test_ranges(void **state)
         assert_int_equal(decode(&fb, &m, &errc) == 0, pins[i].ok);
         dsv4_wire_buf_free(&fb);
     }
+    /* PEER_RESTARTED names a role: the last one passes, one past it is refused */
+    for (uint32_t role = DSV4_ROLE_COUNT - 1; role <= DSV4_ROLE_COUNT + 1; role++) {
+        struct dsv4_msg_peer pr = { role, 1234, 7 };
+        struct dsv4_wire_buf pb = { 0 };
+        dsv4_wire_simple(&pb, DSV4_MSG_PEER_RESTARTED, &pr, sizeof(pr));
+        int r = decode(&pb, &m, &errc);
+        if (role < DSV4_ROLE_COUNT) {
+            assert_int_equal(r, 0);
+            assert_int_equal(((const struct dsv4_msg_peer *)m.body)->role, role);
+        } else {
+            assert_int_not_equal(r, 0);
+        }
+        dsv4_wire_buf_free(&pb);
+    }
     /* FORWARD rows whose positions would overflow int64 are refused, not computed */
     struct { struct dsv4_msg_forward f; struct dsv4_wire_fwd_in r[2]; } fw = {
         { 1, 2, 2, 0, 0, 0 }, { { 5, -1, INT64_MAX }, { 6, -1, INT64_MIN } } };
@@ -263,6 +277,17 @@ static void test_ranges(void **state)
             assert_int_equal(((const struct dsv4_msg_done *)m.body)->n_cached, dn[i].d.n_cached);
         dsv4_wire_buf_free(&db);
     }
+    /* a FORWARD of no rows (the body alone, or rows the count disowns) is refused */
+    struct dsv4_msg_forward f0 = { .seq = 1, .session = 2, .n_rows = 0 };
+    dsv4_wire_simple(&b, DSV4_MSG_FORWARD, &f0, sizeof(f0));
+    assert_int_not_equal(decode(&b, &m, &errc), 0);
+    dsv4_wire_buf_free(&b);
+    dsv4_wire_begin(&b, DSV4_MSG_FORWARD);
+    dsv4_wire_put(&b, &f0, sizeof(f0));
+    dsv4_wire_put(&b, rows, sizeof(rows[0]));
+    dsv4_wire_finish(&b);
+    assert_int_not_equal(decode(&b, &m, &errc), 0);
+    dsv4_wire_buf_free(&b);
 }
 
 /* top-k against repeated argmax-with-exclusion (the old O(k²·V) definition), with many ties. */

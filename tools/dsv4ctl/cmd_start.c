@@ -328,7 +328,12 @@ int dsv4ctl_start(int argc, char **argv)
         fprintf(stderr, "dsv4: daemons ready (run dir %s)\n", dir);
         return DSV4_EXIT_OK;
     }
-    waitpid(pid, NULL, WNOHANG);
     fprintf(stderr, "%s: %s", me, n ? buf : "supervisor exited without a word\n");
+    /* It says why before it cleans up (daemons stopped, segments and sockets removed, the
+     * lock released): a failed start returns once nothing of the set is left, so that the
+     * next status, stop or start sees no half-gone set. Bounded: stop_all gives each daemon
+     * a few seconds. */
+    for (int i = 0; i < 3000 && waitpid(pid, NULL, WNOHANG) == 0; i++)
+        usleep(10000);
     return DSV4_EXIT_UNAVAILABLE;
 }

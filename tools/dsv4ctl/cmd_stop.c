@@ -5,18 +5,28 @@
  * lock: by then it stopped scheduler, compute and fetcher in that order and
  * removed the stats pages and sockets. After --timeout (default 30 s) the
  * supervisor's process group gets SIGKILL.
+ *
+ * Then, and also when no supervisor runs (it may have been killed: its daemons follow it
+ * through their parent-death signal but nobody removes what they used), stop verifies: any
+ * daemon (dsv4-*) still mapping one of the set's segments is stopped (SIGTERM, then SIGKILL),
+ * the set's segments, sockets and address files are removed, and what was found is said; the
+ * exit status is 1 when the set had to be cleaned up after, 0 for a clean stop.
  */
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "dsv4ctl.h"
 #include "parse.h"
 #include "rundir.h"
+#include "shm.h"
 #include "util.h"
 
 static bool zombie(int pid)
@@ -31,6 +41,88 @@ static bool zombie(int pid)
     buf[n] = '\0';
     const char *p = strrchr(buf, ')');
     return p && p[1] == ' ' && p[2] == 'Z';
+}
+
+/* Our daemons (dsv4-*: not a dsv4ctl client, which maps the scheduler's page too) that map a
+ * segment of the set named by `id` (every daemon maps its stats page for its whole life):
+ * pids into pids[0..max), the count returned. */
+static int set_members(const char *id, int *pids, int max)
+{
+    char needle[96];
+    snprintf(needle, sizeof(needle), "/dsv4-%u-%s-", (unsigned)geteuid(), id);
+    DIR *d = opendir("/proc");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(d))) {
+        int pid = atoi(e->d_name);
+        if (pid <= 0 || pid == getpid())
+            continue;
+        char path[64], line[512];
+        snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        bool daemon = fgets(line, sizeof(line), f) && !strncmp(line, "dsv4-", 5);
+        fclose(f);
+        if (!daemon)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/maps", pid);
+        f = fopen(path, "r");   /* another user's: EACCES, not ours to look at */
+        if (!f)
+            continue;
+        bool hit = false;
+        while (!hit && fgets(line, sizeof(line), f))
+            hit = strstr(line, needle) != NULL;
+        fclose(f);
+        if (hit)
+            pids[n++] = pid;
+    }
+    closedir(d);
+    return n;
+}
+
+/*
+ * What a set left behind: processes (SIGTERM, after `grace` s SIGKILL), then segments,
+ * sockets and address files. Holds the run dir's lock meanwhile, so that a `start` racing
+ * with us is refused instead of losing its fresh files. Returns the files removed; the
+ * processes found go to *n_procs.
+ */
+static int sweep(const char *dir, double grace, int *n_procs)
+{
+    *n_procs = 0;
+    char path[DSV4_PATH_MAX + 32], id[DSV4_SHM_ID_LEN + 1];
+    snprintf(path, sizeof(path), "%s/supervisor.lock", dir);
+    int lock = open(path, O_RDWR | O_CLOEXEC);
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0) {
+        if (lock >= 0)
+            close(lock);
+        return 0;   /* never started here, or a new set holds it: nothing of ours to sweep */
+    }
+    int n = 0;
+    if (dsv4_shm_id_read(dir, id, NULL) == 0) {
+        enum { MAXP = 64 };
+        int pids[MAXP];
+        *n_procs = set_members(id, pids, MAXP);
+        for (int i = 0; i < *n_procs; i++)
+            kill(pids[i], SIGTERM);
+        uint64_t t0 = dsv4_now_ns();
+        int left;
+        while ((left = set_members(id, pids, MAXP)) > 0 &&
+               (double)(dsv4_now_ns() - t0) / 1e9 < grace)
+            usleep(20000);
+        for (int i = 0; i < left; i++)
+            kill(pids[i], SIGKILL);
+        for (int i = 0; i < 250 && set_members(id, pids, MAXP) > 0; i++)
+            usleep(20000);
+        if (*n_procs)
+            fprintf(stderr, "dsv4ctl stop: %d process%s of the set still ran: %s\n", *n_procs,
+                    *n_procs > 1 ? "es" : "", left ? "SIGKILL" : "stopped");
+    }
+    n = dsv4_rundir_remove_leftovers(dir, true);
+    close(lock);
+    return n;
 }
 
 int dsv4ctl_stop(int argc, char **argv)
@@ -57,6 +149,13 @@ int dsv4ctl_stop(int argc, char **argv)
     dsv4_rundir_resolve(arg, dir);
     int pid = dsv4_rundir_supervisor_pid(dir);
     if (pid == 0) {
+        /* no supervisor: a set that died (SIGKILL, OOM) may have left processes and files */
+        int procs, files = sweep(dir, DSV4_MIN(timeout, 5.0), &procs);
+        if (procs || files) {
+            fprintf(stderr, "dsv4ctl stop: no supervisor in %s: the set had died; removed %d "
+                    "leftover segments and files\n", dir, files);
+            return DSV4_EXIT_FAIL;
+        }
         fprintf(stderr, "dsv4ctl stop: no daemons running in %s\n", dir);
         return DSV4_EXIT_OK;
     }
@@ -87,12 +186,11 @@ int dsv4ctl_stop(int argc, char **argv)
     /* the lock goes a moment before the process: wait for it to be gone (or a zombie) */
     for (int i = 0; sv > 0 && i < 500 && kill(sv, 0) == 0 && !zombie(sv); i++)
         usleep(10000);
-    if (killed) {
-        /* a killed supervisor cleaned nothing: remove what it left, and say the stop was not
-         * clean (exit 1) */
-        int n = dsv4_rundir_remove_leftovers(dir, true);
-        fprintf(stderr, "dsv4ctl stop: the set was killed; removed %d leftover segments and "
-                "sockets\n", n);
+    /* verify: a clean stop left nothing; a killed supervisor cleaned nothing */
+    int procs, files = sweep(dir, 5.0, &procs);
+    if (killed || procs || files) {
+        fprintf(stderr, "dsv4ctl stop: the set %s; removed %d leftover segments and files\n",
+                killed ? "was killed" : "did not stop cleanly", files);
         return DSV4_EXIT_FAIL;
     }
     return DSV4_EXIT_OK;

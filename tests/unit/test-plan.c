@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The memory plan (daemons/lib/plan.c): its totals are the sums of its rows, for configs from
+ * the tiny DSpark fixture to full-size Flash and Pro and options across their ranges: sessions
+ * cost sessions × (state + scratch) as dsv4_plan_session_bytes gives them, one more session
+ * moves the fixed part by exactly that, the minimum is fixed + header + min_slots slots, the
+ * cache fits the budget and /dev/shm, and a budget of exactly the minimum runs with exactly
+ * min_slots slots while one byte less is refused. (test-engine checks the session and weight
+ * rows against what the engine allocates.)
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "plan.h"
+
+static const char *const models[] = { FIXTURES_DIR "/tiny-dspark", FIXTURES_DIR "/configs/flash",
+                                      FIXTURES_DIR "/configs/pro" };
+
+static void check_rows(const struct dsv4_config *c, const struct dsv4_plan *p)
+{
+    uint64_t st, sc;
+    dsv4_plan_session_bytes(c, p->o.max_ctx, p->o.chunk, p->o.max_rollback, p->o.threads, &st,
+                            &sc);
+    assert_int_equal(p->session_state, st);
+    assert_int_equal(p->session_scratch, sc);
+    assert_true(st > 0 && sc > 0);
+    assert_int_equal(p->sessions_total, (uint64_t)p->o.sessions * (st + sc));
+    assert_int_equal(p->fixed, p->dense + p->embed_head + p->drafter + p->drafter_cache +
+                                   p->sessions_total + p->compute_scratch + p->overhead);
+    assert_int_equal(p->minimum, p->fixed + p->cache_header + p->min_slots * p->slot_bytes);
+    assert_true(p->dense > 0 && p->embed_head > 0 && p->slot_bytes > 0 && p->cache_header > 0);
+    assert_int_equal(p->experts_total, (uint64_t)c->n_layers * c->n_routed_experts);
+    if (p->budget < p->minimum) {
+        assert_int_equal(p->max_lease, 0);
+        return;
+    }
+    assert_int_equal(p->cache_bytes, p->cache_header + p->n_slots * p->slot_bytes);
+    assert_true(p->fixed + p->cache_bytes <= p->budget);
+    assert_true(p->n_slots <= p->experts_total);
+    if (p->o.shm_avail && !p->o.in_process)
+        assert_true(p->cache_bytes <= p->o.shm_avail);
+    /* a slot more would pass the budget, unless every expert already has one */
+    if (p->n_slots < p->experts_total && !p->shm_limited)
+        assert_true(p->fixed + p->cache_bytes + p->slot_bytes > p->budget);
+}
+
+static void test_rows_add_up(void **state)
+{
+    (void)state;
+    struct dsv4_config *c = malloc(sizeof(*c));
+    struct dsv4_err err = { "" };
+    static const struct dsv4_plan_opts opts[] = {
+        { .budget_bytes = 1ull << 30 },
+        { .budget_bytes = 1ull << 30, .sessions = 1, .max_ctx = 256, .chunk = 8, .threads = 2 },
+        { .budget_bytes = 3ull << 30, .sessions = 7, .max_ctx = 1000, .max_rollback = 9,
+          .dspark = true },
+        { .budget_bytes = 64ull << 30, .sessions = 2, .max_ctx = 65536, .threads = 4 },
+        { .budget_bytes = 512ull << 30, .sessions = 3, .dspark = true, .in_process = true },
+        { .budget_bytes = 1ull << 40, .sessions = 1, .shm_avail = 40ull << 30 },
+    };
+    int checked = 0;
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        assert_int_equal(dsv4_config_load(models[m], c, &err), 0);
+        for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+            struct dsv4_plan p, q;
+            int r = dsv4_plan_make(c, &opts[i], &p, &err);
+            assert_true(r == 0 || r == -ENOSPC);
+            check_rows(c, &p);
+            /* one more session: the fixed part grows by exactly one session's bytes */
+            struct dsv4_plan_opts o = p.o;
+            o.sessions++;
+            r = dsv4_plan_make(c, &o, &q, &err);
+            assert_true(r == 0 || r == -ENOSPC);
+            check_rows(c, &q);
+            assert_int_equal(q.fixed - p.fixed, p.session_state + p.session_scratch);
+            checked += 2;
+        }
+    }
+    assert_int_equal(checked, 36);
+    free(c);
+}
+
+/* At exactly the minimum: min_slots slots (one decode row's experts and a layer of prefetch:
+ * 2 × experts per token); a byte less is refused, naming the minimum. */
+static void test_minimum_is_tight(void **state)
+{
+    (void)state;
+    struct dsv4_config *c = malloc(sizeof(*c));
+    struct dsv4_err err = { "" };
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        assert_int_equal(dsv4_config_load(models[m], c, &err), 0);
+        for (int dspark = 0; dspark < 2; dspark++) {
+            struct dsv4_plan_opts o = { .budget_bytes = 1ull << 30, .sessions = 2,
+                                        .dspark = dspark };
+            struct dsv4_plan p;
+            assert_true(dsv4_plan_make(c, &o, &p, &err) == 0 || p.budget < p.minimum);
+            assert_int_equal(p.min_slots, 2 * (uint64_t)c->n_activated_experts);
+            o.budget_bytes = p.minimum;
+            assert_int_equal(dsv4_plan_make(c, &o, &p, &err), 0);
+            check_rows(c, &p);
+            assert_int_equal(p.n_slots, p.min_slots);
+            assert_true(p.max_lease > 0);
+            o.budget_bytes = p.minimum - 1;
+            assert_int_equal(dsv4_plan_make(c, &o, &p, &err), -ENOSPC);
+            assert_non_null(strstr(err.msg, "minimum"));
+            check_rows(c, &p);
+            /* /dev/shm holding the header and min_slots slots exactly, then a byte less */
+            o.budget_bytes = 1ull << 40;
+            o.shm_avail = p.cache_header + p.min_slots * p.slot_bytes;
+            assert_int_equal(dsv4_plan_make(c, &o, &p, &err), 0);
+            assert_true(p.shm_limited);
+            assert_int_equal(p.n_slots, p.min_slots);
+            check_rows(c, &p);
+            o.shm_avail--;
+            assert_int_equal(dsv4_plan_make(c, &o, &p, &err), -ENOSPC);
+            assert_non_null(strstr(err.msg, "/dev/shm"));
+        }
+    }
+    free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_add_up),
+        cmocka_unit_test(test_minimum_is_tight),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
