@@ -2,8 +2,8 @@
 /*
  * The memory plan (daemons/lib/plan.c): its totals are the sums of its rows, for configs from
  * the tiny DSpark fixture to full-size Flash and Pro and options across their ranges: sessions
- * cost sessions × (state + scratch) as dsv4_plan_session_bytes gives them, one more session
- * moves the fixed part by exactly that, the minimum is fixed + header + min_slots slots, the
+ * cost sessions × state + one step scratch as dsv4_plan_session_bytes gives them, one more
+ * session moves the fixed part (without the prefix tier) by exactly one state, the minimum is fixed + header + min_slots slots, the
  * cache fits the budget and /dev/shm, and a budget of exactly the minimum runs with exactly
  * min_slots slots while one byte less is refused. (test-engine checks the session and weight
  * rows against what the engine allocates.)
@@ -31,10 +31,18 @@ static void check_rows(const struct dsv4_config *c, const struct dsv4_plan *p)
     assert_int_equal(p->session_state, st);
     assert_int_equal(p->session_scratch, sc);
     assert_true(st > 0 && sc > 0);
-    assert_int_equal(p->sessions_total, (uint64_t)p->o.sessions * (st + sc));
-    assert_int_equal(p->fixed, p->dense + p->embed_head + p->drafter + p->drafter_cache +
-                                   p->sessions_total + p->compute_scratch + p->overhead);
-    assert_int_equal(p->minimum, p->fixed + p->cache_header + p->min_slots * p->slot_bytes);
+    /* N states and one step scratch (sessions hold state only, daemons/compute/forward.c) */
+    assert_int_equal(p->sessions_total, (uint64_t)p->o.sessions * st + sc);
+    /* the prefix cache's RAM tier: given (part of the minimum) or carved from the room above
+     * the minimum (an eighth, at most 256 MiB) */
+    uint64_t base = p->dense + p->embed_head + p->drafter + p->drafter_cache +
+                    p->sessions_total + p->compute_scratch + p->overhead;
+    bool carved = p->o.prefix_ram == DSV4_PLAN_PREFIX_DEFAULT;
+    assert_int_equal(p->fixed, base + p->prefix_ram);
+    assert_int_equal(p->minimum, (carved ? base : p->fixed) + p->cache_header +
+                                     p->min_slots * p->slot_bytes);
+    if (carved && p->budget > p->minimum)
+        assert_int_equal(p->prefix_ram, DSV4_MIN(256ull << 20, (p->budget - p->minimum) / 8));
     assert_true(p->dense > 0 && p->embed_head > 0 && p->slot_bytes > 0 && p->cache_header > 0);
     assert_int_equal(p->experts_total, (uint64_t)c->n_layers * c->n_routed_experts);
     if (p->budget < p->minimum) {
@@ -64,6 +72,8 @@ static void test_rows_add_up(void **state)
         { .budget_bytes = 64ull << 30, .sessions = 2, .max_ctx = 65536, .threads = 4 },
         { .budget_bytes = 512ull << 30, .sessions = 3, .dspark = true, .in_process = true },
         { .budget_bytes = 1ull << 40, .sessions = 1, .shm_avail = 40ull << 30 },
+        { .budget_bytes = 24ull << 30, .prefix_ram = DSV4_PLAN_PREFIX_DEFAULT },
+        { .budget_bytes = 2ull << 30, .sessions = 2, .prefix_ram = 100ull << 20 },
     };
     int checked = 0;
     for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
@@ -79,11 +89,11 @@ static void test_rows_add_up(void **state)
             r = dsv4_plan_make(c, &o, &q, &err);
             assert_true(r == 0 || r == -ENOSPC);
             check_rows(c, &q);
-            assert_int_equal(q.fixed - p.fixed, p.session_state + p.session_scratch);
+            assert_int_equal(q.fixed - q.prefix_ram - (p.fixed - p.prefix_ram), p.session_state);
             checked += 2;
         }
     }
-    assert_int_equal(checked, 36);
+    assert_int_equal(checked, 48);
     free(c);
 }
 
