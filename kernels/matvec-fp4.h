@@ -35,7 +35,6 @@ struct fp4_x {
     const int16_t *q;   /* [blocks][64] */
     const int32_t *eo;  /* [blocks]: c = 2^(S + eo − 127) */
     const uint8_t *cls; /* [blocks] */
-    int eo_min, eo_max;
     int inexact;
 };
 
@@ -66,7 +65,7 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
 {
     const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF);
     out->q = q, out->eo = eo, out->cls = cls;
-    out->eo_min = INT32_MAX, out->eo_max = INT32_MIN, out->inexact = 0;
+    out->inexact = 0;
     for (uint32_t b = 0; b < blocks; b++) {
         __m256 v[4];
         __m256i mx = _mm256_setzero_si256();
@@ -109,8 +108,6 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
         eo[b] = e;
         if (c == FP4_INEXACT)
             out->inexact = 1;
-        out->eo_min = e < out->eo_min ? e : out->eo_min;
-        out->eo_max = e > out->eo_max ? e : out->eo_max;
     }
 }
 
@@ -143,17 +140,42 @@ INLINE __m256 fp4_partial(__m256i wa, __m256i wb, const int16_t *qb, uint8_t cls
     return _mm256_cvtepi32_ps(m);
 }
 
-/* the block factors 2^(S + eo − 127) of blocks [b, b + n) (n <= 8) into c */
-INLINE void fp4_factors(const uint8_t *s, const int32_t *eo, uint32_t n, float *c)
+/* the block factors 2^(S + eo − 127) of blocks [b, b + n) (n <= 8) into c; the biased
+ * exponents' range into lo/hi and the largest scale byte into sm (checked at the row's end) */
+INLINE void fp4_factors(const uint8_t *s, const int32_t *eo, uint32_t n, float *c, __m256i *lo,
+                        __m256i *hi, __m256i *sm)
 {
+    __m256i sv, e;
     if (n == 8) {
-        __m256i e = _mm256_add_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)),
-                                     _mm256_loadu_si256((const __m256i *)eo));
-        _mm256_storeu_ps(c, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-        return;
+        sv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s));
+        e = _mm256_add_epi32(sv, _mm256_loadu_si256((const __m256i *)eo));
+    } else {
+        int32_t st[8], et[8];
+        for (uint32_t t = 0; t < 8; t++) {
+            st[t] = t < n ? s[t] : 127;
+            et[t] = t < n ? s[t] + eo[t] : 127;
+        }
+        sv = _mm256_loadu_si256((const __m256i *)st);
+        e = _mm256_loadu_si256((const __m256i *)et);
     }
-    for (uint32_t t = 0; t < n; t++)
-        c[t] = dsv4_f32_from_bits((uint32_t)(s[t] + eo[t]) << 23);
+    *lo = _mm256_min_epi32(*lo, e);
+    *hi = _mm256_max_epi32(*hi, e);
+    *sm = _mm256_max_epi32(*sm, sv);
+    _mm256_storeu_ps(c, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+INLINE int hmin8(__m256i v)
+{
+    __m128i m = _mm_min_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_min_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    return _mm_cvtsi128_si32(_mm_min_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+INLINE int hmax8(__m256i v)
+{
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
 }
 
 /* block b (parity H) of R weight rows × NX activation rows into acc[r][n][H] */
@@ -181,28 +203,24 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
 {
     const uint32_t nb = w->cols / 32;
     const uint8_t *wr[4], *sr[4];
+    __m256i lo[4][4], hi[4][4], sm[4][4];
+    __m256 acc[4][4][2];
     for (int r = 0; r < R; r++) {
         wr[r] = w->w + (size_t)(i0 + r) * (w->cols / 2);
         sr[r] = w->scale + (size_t)(i0 + r) * nb;
-        /* the row's scale range against each activation row's σ range */
-        int smin = 255, smax = 0;
-        for (uint32_t b = 0; b < nb; b++) {
-            smin = sr[r][b] < smin ? sr[r][b] : smin;
-            smax = sr[r][b] > smax ? sr[r][b] : smax;
-        }
-        for (int n = 0; n < NX; n++)
-            ok[r][n] = smax < 255 && smin + xp[n].eo_min >= 1 && smax + xp[n].eo_max <= 254;
-    }
-    __m256 acc[4][4][2];
-    for (int r = 0; r < R; r++)
-        for (int n = 0; n < NX; n++)
+        for (int n = 0; n < NX; n++) {
             acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
+            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
+            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
+        }
+    }
     for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
         const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
         float cf[4][4][8] __attribute__((aligned(32)));
         for (int r = 0; r < R; r++)
             for (int n = 0; n < NX; n++)
-                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n]);
+                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n],
+                            &sm[r][n]);
         uint32_t t = 0;
         for (; t + 2 <= m; t += 2) {
             fp4_block(R, NX, 0, wr, xp, b0 + t, cf, t, acc);
@@ -213,6 +231,7 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
     }
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NX; n++) {
+            ok[r][n] = hmax8(sm[r][n]) < 255 && hmin8(lo[r][n]) >= 1 && hmax8(hi[r][n]) <= 254;
             float a[16] __attribute__((aligned(32)));
             _mm256_store_ps(a, acc[r][n][0]);
             _mm256_store_ps(a + 8, acc[r][n][1]);

@@ -345,14 +345,16 @@ static void test_fp4_integer_classes(void **state)
         if (n % 2 == 0)
             for (uint32_t k = 32; k < 64; k++) /* block 1: all zero */
                 xr[k] = n % 4 ? -0.0f : 0.0f;
-        /* blocks 2 and 3: E4M3 values of one scale (2^n, 2^-40), 448 and the smallest
-         * subnormal among them: 18-bit */
+        /* blocks 2 and 3: E4M3 values of one scale, 448 and the smallest subnormal among
+         * them: 18-bit. Block 3's scale puts the factor's biased exponent exactly at 0
+         * (row 0 against scale byte 1) and at 255 (row 1 against 254), else far inside */
+        const float s3 = n == 0 ? 0x1p9f : n == 1 ? 0x1p11f : 0x1p-40f;
         for (uint32_t k = 64; k < 128; k++)
-            xr[k] = dsv4_e4m3_to_f32(rnd_e4m3_finite()) * (k < 96 ? (float)(1 << n) : 0x1p-40f);
+            xr[k] = dsv4_e4m3_to_f32(rnd_e4m3_finite()) * (k < 96 ? (float)(1 << n) : s3);
         xr[64] = 448.0f * (float)(1 << n);
         xr[65] = 0x1p-9f * (float)(1 << n);
-        xr[96] = -448.0f * 0x1p-40f;
-        xr[97] = 0x1p-9f * 0x1p-40f;
+        xr[96] = -448.0f * s3;
+        xr[97] = 0x1p-9f * s3;
         if (n == 3) /* the whole row tiny: block factors far from 2^0 */
             for (uint32_t k = 0; k < COLS; k++)
                 xr[k] *= 0x1p-60f;
