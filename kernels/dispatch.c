@@ -122,3 +122,13 @@ void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t n
 {
     dsv4_kernel_ops()->matvec_bf16(w, x, nx, y, ldy, row_begin, row_end);
 }
+
+double dsv4_dot_f64(const float *a, const float *b, size_t n)
+{
+    return dsv4_kernel_ops()->dot_f64(a, b, n);
+}
+
+void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t n, double *out)
+{
+    dsv4_kernel_ops()->dot_f64_many(q, k, nk, n, out);
+}

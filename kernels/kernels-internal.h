@@ -24,11 +24,6 @@
  * two-step scale (×256, then ×2^(e-127)). */
 #define DSV4_E8M0_FAST_MAX 246
 
-/* E8M0 exponents up to this keep every E2M1 value · 2^(e-127) finite (6·2^125),
- * so the FP4 weight times its scale is exact; blocks above take the slow order
- * (docs/numerics.md), and the twins hand such rows to the scalar definition. */
-#define DSV4_FP4_FAST_MAX 252
-
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_scalar;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx2;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx512;

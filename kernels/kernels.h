@@ -77,6 +77,16 @@ void dsv4_matvec_fp4(const struct dsv4_fp4_weight *w, const float *x, size_t nx,
 void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t nx,
                       float *y, size_t ldy, uint32_t row_begin, uint32_t row_end);
 
+/*
+ * a·b of fp32 vectors in double: element i < n − n mod 8 goes to chain i mod 8, the tail
+ * to chain 0, each chain adds the exact products in ascending i from +0, and the chains
+ * fold as ((c0 + c4) + (c1 + c5)) + ((c2 + c6) + (c3 + c7)). The products of two fp32 are
+ * exact in double, so the roundings are the chains' additions only.
+ */
+double dsv4_dot_f64(const float *a, const float *b, size_t n);
+/* out[j] = dsv4_dot_f64(q, k[j], n) for j < nk, same bits, several dots interleaved. */
+void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t n, double *out);
+
 /* Accumulation order, NaN/Inf behaviour and the error bound: docs/numerics.md. The
  * threaded forms (split over a dsv4_pool) are in matvec-mt.h, library
  * libdsv4kernels_mt. */
@@ -100,6 +110,8 @@ struct dsv4_kernel_ops {
                         uint32_t, uint32_t);
     void (*matvec_fp8_nanfree)(const struct dsv4_fp8_weight *, const float *, size_t, float *,
                                size_t, uint32_t, uint32_t);
+    double (*dot_f64)(const float *, const float *, size_t);
+    void (*dot_f64_many)(const float *, const float *const *, size_t, size_t, double *);
 };
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */

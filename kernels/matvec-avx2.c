@@ -9,10 +9,7 @@
  * the block scale. NaN codes would decode as finite, so each block's bytes
  * are also screened (2·b reaches 0xFE only for 0x7F/0xFF).
  *
- * E2M1 → fp32: every E2M1 value is an fp16 whose low byte is zero, so one
- * vpshufb on the nibbles (spread into column order first) yields the high
- * bytes, an unpack with zero builds the fp16 words and vcvtph2ps widens them;
- * the multiply by the block scale is exact.
+ * FP4: in integers, matvec-fp4.h.
  */
 #include <immintrin.h>
 
@@ -54,29 +51,6 @@ INLINE int fp8_nan(const uint8_t *p, uint32_t n)
     return _mm_movemask_epi8(_mm_cmpeq_epi8(m1, _mm_set1_epi8((char)0xFE))) != 0;
 }
 
-typedef __m256 fp4_tab;
-
-INLINE fp4_tab fp4_tab_make(float s) { return _mm256_set1_ps(s); }
-
-INLINE void fp4_dec32(const uint8_t *p, fp4_tab s, vf out[4])
-{
-    const __m256i table = _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(0x00, 0x38, 0x3C, 0x3E, 0x40, 0x42, 0x44, 0x46, (char)0x80, (char)0xB8,
-                      (char)0xBC, (char)0xBE, (char)0xC0, (char)0xC2, (char)0xC4, (char)0xC6));
-    /* byte j → the 16-bit word lo(b_j) | hi(b_j) << 8: the 32 codes in column order */
-    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    __m256i c = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)),
-                                 _mm256_set1_epi16(0x0F0F));
-    __m256i hb = _mm256_shuffle_epi8(table, c);
-    const __m256i z = _mm256_setzero_si256();
-    /* per 128-bit lane: lo = columns 0-7 | 16-23, hi = 8-15 | 24-31 */
-    __m256i lo = _mm256_unpacklo_epi8(z, hb), hi = _mm256_unpackhi_epi8(z, hb);
-    out[0] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(lo)), s);
-    out[1] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(hi)), s);
-    out[2] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(lo, 1)), s);
-    out[3] = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(hi, 1)), s);
-}
-
 INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 {
     __m256i h = _mm256_loadu_si256((const __m256i *)p);
@@ -93,7 +67,6 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
  * one R × NX (one half per pass) */
 #define TILE_R1 2
 #define TILE_RG 1
-#define TILE_R1_FP4 4
 
 #define TILE_NXD 4
 #define TILE_R 2
@@ -103,6 +76,8 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 #define TILE_NT 4
 
 #include "matvec-tile.h"
+#include "matvec-fp4.h"
+#include "dot-simd.h"
 
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .isa = DSV4_ISA_AVX2,
@@ -111,4 +86,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .matvec_fp4 = matvec_fp4_simd,
     .matvec_bf16 = matvec_bf16_simd,
     .matvec_fp8_nanfree = matvec_fp8_nanfree_simd,
+    .dot_f64 = dot_f64_simd,
+    .dot_f64_many = dot_f64_many_simd,
 };

@@ -10,8 +10,7 @@
  * are also screened (2·b reaches 0xFE only for 0x7F/0xFF) and such rows
  * return NaN, as the reference does.
  *
- * E2M1 → fp32: the 16 signed values times the block scale (exact) form a
- * table that vpermps indexes with the nibbles spread into column order.
+ * FP4: the 256-bit integer code of matvec-fp4.h, shared with the AVX2 twin.
  */
 #include <immintrin.h>
 
@@ -51,25 +50,6 @@ INLINE int fp8_nan(const uint8_t *p, uint32_t n)
     return _mm512_cmpeq_epi8_mask(m, _mm512_set1_epi8((char)0xFE)) != 0;
 }
 
-typedef __m512 fp4_tab;
-
-INLINE fp4_tab fp4_tab_make(float s)
-{
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-                                        -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    return _mm512_mul_ps(table, _mm512_set1_ps(s));
-}
-
-INLINE void fp4_dec32(const uint8_t *p, fp4_tab tab, vf out[2])
-{
-    /* byte j → the 16-bit word lo(b_j) | hi(b_j) << 8: the 32 codes in column order */
-    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    __m256i c = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)),
-                                 _mm256_set1_epi16(0x0F0F));
-    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(c)), tab);
-    out[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(c, 1)), tab);
-}
-
 INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 {
     __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
@@ -85,7 +65,6 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
  * R × NX; 4 rows measured faster than 8 for single-row FP8 calls */
 #define TILE_R1 4
 #define TILE_RG 2
-#define TILE_R1_FP4 8
 #define TILE_NXD 2
 #define TILE_R 4
 #define TILE_NX 6
@@ -94,6 +73,8 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define TILE_NT 2
 
 #include "matvec-tile.h"
+#include "matvec-fp4.h"
+#include "dot-simd.h"
 
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .isa = DSV4_ISA_AVX512,
@@ -102,4 +83,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .matvec_fp4 = matvec_fp4_simd,
     .matvec_bf16 = matvec_bf16_simd,
     .matvec_fp8_nanfree = matvec_fp8_nanfree_simd,
+    .dot_f64 = dot_f64_simd,
+    .dot_f64_many = dot_f64_many_simd,
 };

@@ -46,12 +46,14 @@ static void matvec_fp8_c(const struct dsv4_fp8_weight *w, const float *x, size_t
             y[r * ldy + i] = fp8_row(w, i, x + r * w->cols);
 }
 
-/* e2m1(code)·2^(e-127) rounded to fp32: exact for e <= DSV4_FP4_FAST_MAX */
-static float fp4_weight(uint8_t code, uint8_t e)
-{
-    return dsv4_e2m1_to_f32(code) * dsv4_e8m0_to_f32(e);
-}
-
+/*
+ * FP4: per scale block of 32 columns, lane j (0..7) takes the four columns
+ * base, base + 1, base + 8, base + 9 with base = 16·(j / 4) + 2·(j % 4) (the
+ * pairing of the twins' integer multiply-adds), their unscaled E2M1 products
+ * summed in that order, then acc_(j + 8·(block mod 2)) = fma(P, 2^(S-127), acc).
+ * On FP8-QDQ'd activations P is exact (docs/numerics.md), so the twins may form
+ * it in integers.
+ */
 static float fp4_row(const struct dsv4_fp4_weight *w, uint32_t i, const float *x)
 {
     const uint32_t kblocks = w->cols / 32;
@@ -61,23 +63,18 @@ static float fp4_row(const struct dsv4_fp4_weight *w, uint32_t i, const float *x
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint8_t *b = wr + kb * 16;
         const float *xb = x + kb * 32;
-        const uint8_t e = sr[kb];
-        if (e <= DSV4_FP4_FAST_MAX) {
-            /* the scaled weight is exact: one fma per element, lane k mod 16 */
-            for (int k = 0; k < 32; k++) {
-                uint8_t code = k & 1 ? b[k / 2] >> 4 : b[k / 2] & 0x0F;
-                acc[k % DSV4_LANES] = fmaf(fp4_weight(code, e), xb[k], acc[k % DSV4_LANES]);
+        const float s = dsv4_e8m0_to_f32(sr[kb]);
+        for (int j = 0; j < 8; j++) {
+            static const uint8_t off[4] = {0, 1, 8, 9};
+            const int base = 16 * (j / 4) + 2 * (j % 4);
+            float p = 0.0f;
+            for (int t = 0; t < 4; t++) {
+                const int k = base + off[t];
+                const uint8_t code = k & 1 ? b[k / 2] >> 4 : b[k / 2] & 0x0F;
+                const float wk = dsv4_e2m1_to_f32(code);
+                p = t == 0 ? wk * xb[k] : fmaf(wk, xb[k], p);
             }
-        } else {
-            /* w·s could overflow: the block's two lane partials, then × s */
-            const float s = dsv4_e8m0_to_f32(e);
-            for (int j = 0; j < DSV4_LANES; j++) {
-                uint8_t c0 = j & 1 ? b[j / 2] >> 4 : b[j / 2] & 0x0F;
-                uint8_t c1 = j & 1 ? b[8 + j / 2] >> 4 : b[8 + j / 2] & 0x0F;
-                float p = dsv4_e2m1_to_f32(c0) * xb[j];
-                p = fmaf(dsv4_e2m1_to_f32(c1), xb[16 + j], p);
-                acc[j] = fmaf(p, s, acc[j]);
-            }
+            acc[j + 8 * (kb & 1)] = fmaf(p, s, acc[j + 8 * (kb & 1)]);
         }
     }
     return dsv4_lane_reduce(acc);
@@ -108,6 +105,25 @@ static void matvec_bf16_c(const struct dsv4_bf16_weight *w, const float *x, size
             y[r * ldy + i] = bf16_row(w, i, x + r * w->cols);
 }
 
+static double dot_f64_c(const float *a, const float *b, size_t n)
+{
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += (double)a[i + k] * b[i + k];
+    for (; i < n; i++)
+        acc[0] += (double)a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static void dot_f64_many_c(const float *q, const float *const *k, size_t nk, size_t n,
+                           double *out)
+{
+    for (size_t j = 0; j < nk; j++)
+        out[j] = dot_f64_c(q, k[j], n);
+}
+
 const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .isa = DSV4_ISA_SCALAR,
     .name = "scalar",
@@ -115,4 +131,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .matvec_fp4 = matvec_fp4_c,
     .matvec_bf16 = matvec_bf16_c,
     .matvec_fp8_nanfree = matvec_fp8_c, /* the reference has nothing to skip */
+    .dot_f64 = dot_f64_c,
+    .dot_f64_many = dot_f64_many_c,
 };

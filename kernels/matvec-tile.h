@@ -32,10 +32,8 @@
  *   vf_mul(a, b), vf_set1(f)
  *   fp8_dec16(p, out)  16 E4M3 bytes → out[16/VL]: h = e4m3·2^-8 (the exact fp16 trick)
  *   fp8_nan(p, n)      whether any of n bytes (n % 16 == 0) is an E4M3 NaN code
- *   fp4_tab, fp4_tab_make(s), fp4_dec32(p, tab, out)
- *                      16 packed bytes → 32 weights in column order, e2m1·s
  *   bf16_dec16(p, out) 16 bf16 → fp32
- *   TILE_R1, TILE_R1_FP4  weight rows per tile in the direct path (one activation row)
+ *   TILE_R1            weight rows per tile in the direct path (one activation row)
  *   TILE_RG            weight rows per tile in the direct path (several activation rows)
  *   TILE_R, TILE_NX    weight × activation rows of a buffered register tile
  *   TILE_NXD           activation rows of a direct-path register tile (<= 4)
@@ -51,14 +49,14 @@ _Static_assert(TILE_NXD >= 1 && TILE_NXD <= 4, "row_tile groups are 1..4 rows");
 /* activation rows per pass: their accumulators (R × NXC × 64 bytes) and a chunk of
  * their x stay in L1; beyond that the weights are decoded once per pass */
 #define NXC 16
-/* columns per chunk for FP4 and BF16 (FP8 uses its scale block) */
+/* columns per chunk for BF16 (FP8 uses its scale block) */
 #define KC 256
 #define RMAX 8
 /* rows of a block: NT tiles of R rows share the chunk of x in L1 */
 #define RBMAX 16
 #define NXMAX 8
 
-enum src { SRC_BUF, SRC_FP8, SRC_FP4, SRC_BF16 };
+enum src { SRC_BUF, SRC_FP8, SRC_BF16 };
 enum mode {
     MODE_ACC, /* continue the lane chains in acc */
     MODE_BLK, /* FP8 block: partials from +0, then acc = fma(P, 2^(S-119), acc) */
@@ -67,14 +65,8 @@ enum mode {
 /* per weight row of a tile: where its weights of the current chunk are */
 struct wrow {
     const void *p;       /* SRC_BUF: decoded fp32 of the chunk; else the raw row */
-    const uint8_t *e;    /* FP8: the block's scale byte; FP4: the row's scale bytes */
+    const uint8_t *e;    /* FP8: the block's scale byte */
 };
-
-/* 2^(e-127) for the E8M0 bytes of the FP4 fast order (e <= DSV4_FP4_FAST_MAX) */
-static inline float fp4_scale(uint8_t e)
-{
-    return dsv4_f32_from_bits((uint32_t)e << 23 | (uint32_t)(e == 0) << 22);
-}
 
 /* 16 consecutive weights of row `w` at column k (SRC_BUF: chunk offset k) */
 INLINE void wdec16(const int SRC, const struct wrow *w, uint32_t k, vf out[NH])
@@ -160,10 +152,9 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
                      size_t ldy, uint32_t i0, const int *nan_row)
 {
     /* weight bytes per 16 columns, and steps of 16 columns per 64-byte line */
-    const int WB = SRC == SRC_FP8 ? 16 : SRC == SRC_FP4 ? 8 : 32;
+    const int WB = SRC == SRC_FP8 ? 16 : 32;
     const uint32_t PFM = 64 / WB * 16 - 1;
-    /* columns per step: an FP4 scale block is decoded at once */
-    const int STEP = SRC == SRC_FP4 ? 32 : 16;
+    const int STEP = 16;
     vf c[RMAX][NXMAX][NH];
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NX; n++)
@@ -181,14 +172,10 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
             /* row by row: only one row's decoded weights live at a time, the x loads
              * (L1) fold into the fmas */
             for (int r = 0; r < R; r++) {
-                vf wv[32 / VL];
+                vf wv[16 / VL];
                 if ((t & PFM) == 0)
                     PREFETCH_T1((const uint8_t *)w[r].p + (size_t)t / 16 * WB + pfd);
-                if (SRC == SRC_FP4)
-                    fp4_dec32((const uint8_t *)w[r].p + t / 2, fp4_tab_make(fp4_scale(w[r].e[t / 32])),
-                              wv);
-                else
-                    wdec16(SRC, &w[r], t, wv);
+                wdec16(SRC, &w[r], t, wv);
                 for (int n = 0; n < NX; n++)
                     for (int v = 0; v < STEP / VL; v++)
                         p[r][n][v % NH] =
@@ -267,14 +254,10 @@ INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow 
     struct wrow dec[RMAX];
     for (int r = 0; r < R; r++) {
         float *d = buf + (size_t)r * KC;
-        for (uint32_t t = 0; t < len; t += SRC == SRC_FP4 ? 32 : 16) {
-            vf v[32 / VL];
-            if (SRC == SRC_FP4)
-                fp4_dec32((const uint8_t *)raw[r].p + (k0 + t) / 2,
-                          fp4_tab_make(fp4_scale(raw[r].e[(k0 + t) / 32])), v);
-            else
-                wdec16(SRC, &raw[r], k0 + t, v);
-            for (int h = 0; h < (SRC == SRC_FP4 ? 32 : 16) / VL; h++)
+        for (uint32_t t = 0; t < len; t += 16) {
+            vf v[16 / VL];
+            wdec16(SRC, &raw[r], k0 + t, v);
+            for (int h = 0; h < 16 / VL; h++)
                 vf_store(d + t + h * VL, v[h]);
         }
         dec[r] = (struct wrow){d, raw[r].e};
@@ -404,10 +387,10 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
     }
 }
 
-/* ---- FP4 and BF16: one lane chain per output over all K ---- */
+/* ---- BF16: one lane chain per output over all K (FP4: matvec-fp4.h) ---- */
 
 INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbase,
-                      size_t row_bytes, const uint8_t *scale, uint32_t cols, const float *x,
+                      size_t row_bytes, uint32_t cols, const float *x,
                       size_t nc, float *y, size_t ldy, uint32_t i0)
 {
     const int RB = R * NT;
@@ -415,8 +398,7 @@ INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbas
     float buf[RMAX * KC] __attribute__((aligned(64)));
     struct wrow raw[RBMAX];
     for (int r = 0; r < RB; r++)
-        raw[r] = (struct wrow){(const uint8_t *)wbase + (size_t)(i0 + r) * row_bytes,
-                               scale ? scale + (size_t)(i0 + r) * (cols / 32) : NULL};
+        raw[r] = (struct wrow){(const uint8_t *)wbase + (size_t)(i0 + r) * row_bytes, NULL};
     if (nc < TILE_BUF_FROM) {
         ROW_GROUPS(SRC, R, nc, raw, x, cols, cols, 0, (size_t)R * row_bytes, y, ldy, i0, NULL);
         return;
@@ -442,53 +424,6 @@ INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbas
     fold(RB, acc, nc, y, ldy, i0, NULL);
 }
 
-/* whether all scales of FP4 rows [i, i + n) allow the fast order */
-static inline int fp4_rows_fast(const struct dsv4_fp4_weight *w, uint32_t i, uint32_t n)
-{
-    const uint8_t *s = w->scale + (size_t)i * (w->cols / 32);
-    uint8_t mx = 0;
-    for (size_t k = 0; k < (size_t)n * (w->cols / 32); k++)
-        mx = s[k] > mx ? s[k] : mx;
-    return mx <= DSV4_FP4_FAST_MAX;
-}
-
-INLINE void fp4_matvec(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
-                       size_t ldy, uint32_t row_begin, uint32_t row_end)
-{
-    const size_t rb = w->cols / 2;
-    for (size_t n0 = 0; n0 < nx; n0 += NXC) {
-        const size_t nc = nx - n0 < NXC ? nx - n0 : NXC;
-        const float *xc = x + n0 * w->cols;
-        float *yc = y + n0 * ldy;
-        const int direct = nc < TILE_BUF_FROM, R = !direct ? TILE_R : nc == 1 ? TILE_R1_FP4 : TILE_RG;
-        uint32_t i = row_begin;
-        while (i < row_end) {
-            if (!direct && i + TILE_R * TILE_NT <= row_end &&
-                fp4_rows_fast(w, i, TILE_R * TILE_NT)) {
-                lane_rows(SRC_FP4, TILE_R, TILE_NT, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy,
-                          i);
-                i += TILE_R * TILE_NT;
-            } else if (i + (uint32_t)R <= row_end && fp4_rows_fast(w, i, R)) {
-                if (direct && nc == 1)
-                    lane_rows(SRC_FP4, TILE_R1_FP4, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
-                else if (direct)
-                    lane_rows(SRC_FP4, TILE_RG, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
-                else
-                    lane_rows(SRC_FP4, TILE_R, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
-                i += (uint32_t)R;
-            } else {
-                /* tail rows; a row with a scale above DSV4_FP4_FAST_MAX (none in any
-                 * checkpoint) takes the definition */
-                if (fp4_rows_fast(w, i, 1))
-                    lane_rows(SRC_FP4, 1, 1, w->w, rb, w->scale, w->cols, xc, nc, yc, ldy, i);
-                else
-                    dsv4_kernel_ops_scalar.matvec_fp4(w, xc, nc, yc, ldy, i, i + 1);
-                i++;
-            }
-        }
-    }
-}
-
 INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t nx, float *y,
                         size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
@@ -500,18 +435,18 @@ INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t
         uint32_t i = row_begin;
         if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
-                lane_rows(SRC_BF16, TILE_R1, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R1, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
         } else if (nc < TILE_BUF_FROM) {
             for (; i + TILE_RG <= row_end; i += TILE_RG)
-                lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
         } else {
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
-                lane_rows(SRC_BF16, TILE_R, TILE_NT, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R, TILE_NT, w->w, rb, w->cols, xc, nc, yc, ldy, i);
             for (; i + TILE_R <= row_end; i += TILE_R)
-                lane_rows(SRC_BF16, TILE_R, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
         }
         for (; i < row_end; i++)
-            lane_rows(SRC_BF16, 1, 1, w->w, rb, NULL, w->cols, xc, nc, yc, ldy, i);
+            lane_rows(SRC_BF16, 1, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
     }
 }
 
@@ -533,12 +468,6 @@ static void matvec_fp8_nanfree_simd(const struct dsv4_fp8_weight *w, const float
         dsv4_kernel_ops_scalar.matvec_fp8_nanfree(w, x, nx, y, ldy, row_begin, row_end);
     else
         fp8_matvec(w, x, nx, y, ldy, row_begin, row_end, 0);
-}
-
-static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
-                            size_t ldy, uint32_t row_begin, uint32_t row_end)
-{
-    fp4_matvec(w, x, nx, y, ldy, row_begin, row_end);
 }
 
 static void matvec_bf16_simd(const struct dsv4_bf16_weight *w, const float *x, size_t nx,

@@ -11,8 +11,15 @@
  * (POSIX_FADV_DONTNEED; the reads are O_DIRECT anyway), a raw sequential
  * read of the whole file through the same io_uring backend and queue depth,
  * and a fresh fetcher (cold cache) serving every expert once in random
- * order, one acquire at a time and in batches of 6. Last, the cost of a
- * cache hit (lease + release on a cached expert) in ns.
+ * order, one acquire at a time and in batches of 6; and `fio` (when installed:
+ * tools/setup-deps.sh) reading the same file at random in spans of one expert's
+ * size with the fetcher's queue depth in flight, O_DIRECT, io_uring: the disk's
+ * rate for this pattern by a tool that is not ours. Last, the cost of a cache
+ * hit (lease + release on a cached expert) in ns.
+ *
+ * The expert tensors (names, dtypes, shapes, so the expert size) come from the
+ * tensor inventory of the reduced config (common/inventory.c), as the fetcher's
+ * plan sees them.
  *
  *   bench-fetcher --config FLASH_CONFIG.json [--dir /tmp/dsv4-bench-fetcher] [--experts 64]
  *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024] [--runs 3]
@@ -26,27 +33,18 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "fetcher.h"
+#include "inventory.h"
 #include "parse.h"
 #include "fetcher_client.h"
 #include "fetcher_io.h"
 #include "fetcher_shm.h"
+#include "shm.h"
 #include "util.h"
-
-#define DIM 4096
-#define INTER 2048
-
-static const struct {
-    const char *name;
-    const char *dtype;
-    uint64_t rows, cols;
-} parts[6] = { /* name order, as safetensors writers lay them out */
-    { "w1.scale", "F8_E8M0", INTER, DIM / 32 }, { "w1.weight", "I8", INTER, DIM / 2 },
-    { "w2.scale", "F8_E8M0", DIM, INTER / 32 }, { "w2.weight", "I8", DIM, INTER / 2 },
-    { "w3.scale", "F8_E8M0", INTER, DIM / 32 }, { "w3.weight", "I8", INTER, DIM / 2 },
-};
 
 static void die(const char *what)
 {
@@ -81,25 +79,25 @@ static void write_config(const char *src, const char *dir, int n_experts)
     cJSON_Delete(c);
 }
 
-static uint64_t write_shard(const char *dir, int n_experts)
+/* The routed experts of layer 0, in name order (as safetensors writers lay tensors out). */
+static uint64_t write_shard(const char *dir, const struct dsv4_inventory *inv)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
     cJSON *h = cJSON_CreateObject();
     uint64_t off = 0;
-    for (int e = 0; e < n_experts; e++)
-        for (int p = 0; p < 6; p++) {
-            char name[128];
-            snprintf(name, sizeof(name), "layers.0.ffn.experts.%d.%s", e, parts[p].name);
-            cJSON *t = cJSON_AddObjectToObject(h, name);
-            cJSON_AddStringToObject(t, "dtype", parts[p].dtype);
-            double shape[2] = { (double)parts[p].rows, (double)parts[p].cols };
-            cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, 2));
-            uint64_t nb = parts[p].rows * parts[p].cols;
-            double offs[2] = { (double)off, (double)(off + nb) };
-            cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
-            off += nb;
-        }
+    for (size_t i = 0; i < inv->n; i++) {
+        const struct dsv4_inv_entry *e = &inv->entries[inv->by_name[i]];
+        if (e->expert < 0 || e->block != 0)
+            continue;
+        cJSON *t = cJSON_AddObjectToObject(h, e->name);
+        cJSON_AddStringToObject(t, "dtype", dsv4_dtype_name(e->dtype));
+        double shape[2] = { (double)e->shape[0], (double)e->shape[1] };
+        cJSON_AddItemToObject(t, "shape", cJSON_CreateDoubleArray(shape, (int)e->rank));
+        double offs[2] = { (double)off, (double)(off + e->nbytes) };
+        cJSON_AddItemToObject(t, "data_offsets", cJSON_CreateDoubleArray(offs, 2));
+        off += e->nbytes;
+    }
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     uint64_t hlen = strlen(text), total = 8 + hlen + off;
@@ -180,6 +178,72 @@ static double raw_read(const char *dir, uint64_t size, uint32_t qd, uint32_t chu
     return s;
 }
 
+/*
+ * fio: random O_DIRECT reads of `bs` bytes (one expert, rounded up to 4 KiB) over the
+ * file, `qd` in flight, io_uring with registered buffers as the fetcher (without them fio
+ * pins its pages per read and measured 0.5-0.8 GB/s where it reaches 2 GB/s with them),
+ * every bs-aligned span once. Returns GB/s, or 0 when fio is missing or failed (said once
+ * on stderr).
+ */
+static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd)
+{
+    char path[4200], a_file[4300], a_bs[64], a_qd[64], a_size[64];
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    bs = (bs + 4095) / 4096 * 4096;
+    snprintf(a_file, sizeof(a_file), "--filename=%s", path);
+    snprintf(a_bs, sizeof(a_bs), "--bs=%llu", (unsigned long long)bs);
+    snprintf(a_qd, sizeof(a_qd), "--iodepth=%u", qd);
+    snprintf(a_size, sizeof(a_size), "--size=%llu", (unsigned long long)(size / bs * bs));
+    char *argv[] = { "fio", "--name=dsv4-expert", a_file, "--readonly", "--direct=1",
+                     "--ioengine=io_uring", "--fixedbufs", "--rw=randread", a_bs, a_qd, a_size,
+                     "--randrepeat=0", "--output-format=json", NULL };
+    static int warned;
+    int pfd[2];
+    if (pipe(pfd) < 0)
+        die("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork");
+    if (pid == 0) {
+        dup2(pfd[1], 1);
+        close(pfd[0]);
+        close(pfd[1]);
+        execvp("fio", argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t cap = 1 << 16, len = 0;
+    char *out = dsv4_xmalloc(cap);
+    for (;;) {
+        if (len + 1 == cap)
+            out = dsv4_xrealloc(out, cap *= 2);
+        ssize_t n = read(pfd[0], out + len, cap - 1 - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    out[len] = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    double gbs = 0;
+    /* fio may print notes before the JSON object */
+    cJSON *j = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strchr(out, '{') ? cJSON_Parse(strchr(out, '{')) : NULL;
+    cJSON *jobs = j ? cJSON_GetObjectItem(j, "jobs") : NULL;
+    cJSON *rd = jobs ? cJSON_GetObjectItem(cJSON_GetArrayItem(jobs, 0), "read") : NULL;
+    cJSON *bw = rd ? cJSON_GetObjectItem(rd, "bw_bytes") : NULL;
+    if (cJSON_IsNumber(bw))
+        gbs = bw->valuedouble / 1e9;
+    else if (!warned++)
+        fprintf(stderr, "bench-fetcher: fio %s (tools/setup-deps.sh installs it): no fio column\n",
+                WIFEXITED(st) && WEXITSTATUS(st) == 127 ? "not found" : "failed");
+    cJSON_Delete(j);
+    free(out);
+    return gbs;
+}
+
 struct runner {
     dsv4_fetcher *f;
     pthread_t th;
@@ -198,9 +262,14 @@ static void start(struct runner *r, const char *dir, uint32_t slots, uint32_t qd
     snprintf(r->run_dir, sizeof(r->run_dir), "/tmp/dsv4-bf-XXXXXX");
     if (!mkdtemp(r->run_dir))
         die("mkdtemp");
+    char id[DSV4_SHM_ID_LEN + 1];
+    struct dsv4_err err;
+    if (dsv4_shm_id_new(r->run_dir, id, NULL, &err) < 0) { /* what the supervisor does */
+        fprintf(stderr, "bench-fetcher: %s\n", err.msg);
+        exit(1);
+    }
     struct dsv4_fetcher_opts o = { .model_dir = dir, .run_dir = r->run_dir, .n_slots = slots,
                                    .queue_depth = qd, .chunk_bytes = chunk, .numa = true };
-    struct dsv4_err err;
     if (dsv4_fetcher_open(&o, &r->f, &err) < 0) {
         fprintf(stderr, "bench-fetcher: %s\n", err.msg);
         exit(1);
@@ -222,6 +291,8 @@ static void stop(struct runner *r)
     snprintf(p, sizeof(p), "%s/fetcher-hot.json", r->run_dir);
     unlink(p);
     snprintf(p, sizeof(p), "%s/fetcher.lock", r->run_dir);
+    unlink(p);
+    snprintf(p, sizeof(p), "%s/shm-id", r->run_dir);
     unlink(p);
     rmdir(r->run_dir);
 }
@@ -306,21 +377,32 @@ int main(int argc, char **argv)
     }
     mkdir(dir, 0755);
     write_config(config, dir, n_experts);
-    uint64_t size = write_shard(dir, n_experts);
-    uint64_t per = 0;
-    for (int p = 0; p < 6; p++)
-        per += parts[p].rows * parts[p].cols;
+    struct dsv4_config cfg;
+    struct dsv4_err cerr;
+    if (dsv4_config_load(dir, &cfg, &cerr) < 0) {
+        fprintf(stderr, "bench-fetcher: %s\n", cerr.msg);
+        return 1;
+    }
+    struct dsv4_inventory inv;
+    dsv4_inventory_build(&cfg, &inv);
+    const uint64_t per = inv.expert_bytes;
+    uint64_t size = write_shard(dir, &inv);
+    dsv4_inventory_free(&inv);
     hardware_line(dir);
     printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk %u "
            "KiB\n", n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd,
            chunk >> 10);
-    printf("%-4s %9s %20s %9s %20s %7s %7s\n", "run", "raw GB/s", "1/acq: exp/s  GB/s",
-           "raw GB/s", "6/acq: exp/s  GB/s", "ratio1", "ratio6");
-    double best1 = 0, best6 = 0, bestraw = 0;
+    printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
+           (unsigned long long)((per + 4095) / 4096 * 4096), qd);
+    printf("%-4s %9s %20s %9s %20s %7s %7s %8s %7s %7s\n", "run", "raw GB/s", "1/acq: exp/s  GB/s",
+           "raw GB/s", "6/acq: exp/s  GB/s", "ratio1", "ratio6", "fio GB/s", "1/fio", "6/fio");
+    double best1 = 0, best6 = 0, bestraw = 0, bestfio = 0;
     double *r1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *r6 = dsv4_xcalloc((size_t)runs, sizeof(double));
+    double *f1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *f6 = dsv4_xcalloc((size_t)runs, sizeof(double));
     for (int r = 0; r < runs; r++) {
         /* The disk is shared and its speed drifts: each fetch pass is compared with the
-         * faster of the raw reads taken just before and just after it. */
+         * faster of the raw reads taken just before and just after it, and with the fio
+         * pass between the two fetch passes. */
         struct runner rr;
         drop_cache(dir);
         double raw1 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
@@ -330,6 +412,7 @@ int main(int argc, char **argv)
         double t1 = fetch_all(&rr, n_experts, 1, 11u + (unsigned)r);
         stop(&rr);
         raw1 = DSV4_MAX(raw1, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
+        double fio = fio_read(dir, size, per, qd);
         drop_cache(dir);
         double raw6 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
         start(&rr, dir, slots, qd, chunk);
@@ -340,19 +423,30 @@ int main(int argc, char **argv)
         double g6 = (double)n_experts * (double)per / 1e9 / t6;
         r1[r] = g1 / raw1;
         r6[r] = g6 / raw6;
-        printf("%-4d %9.2f %10.1f %9.2f %9.2f %10.1f %9.2f %7.2f %7.2f\n", r, raw1, n_experts / t1,
-               g1, raw6, n_experts / t6, g6, r1[r], r6[r]);
+        f1[r] = fio > 0 ? g1 / fio : 0;
+        f6[r] = fio > 0 ? g6 / fio : 0;
+        printf("%-4d %9.2f %10.1f %9.2f %9.2f %10.1f %9.2f %7.2f %7.2f %8.2f %7.2f %7.2f\n", r,
+               raw1, n_experts / t1, g1, raw6, n_experts / t6, g6, r1[r], r6[r], fio, f1[r], f6[r]);
         bestraw = DSV4_MAX(bestraw, DSV4_MAX(raw1, raw6));
+        bestfio = DSV4_MAX(bestfio, fio);
         best1 = DSV4_MAX(best1, g1);
         best6 = DSV4_MAX(best6, g6);
     }
     qsort(r1, (size_t)runs, sizeof(double), cmp_double);
     qsort(r6, (size_t)runs, sizeof(double), cmp_double);
+    qsort(f1, (size_t)runs, sizeof(double), cmp_double);
+    qsort(f6, (size_t)runs, sizeof(double), cmp_double);
     printf("median ratio: %.2f one expert per acquire, %.2f six per acquire; best: raw %.2f GB/s, "
            "fetcher %.2f / %.2f GB/s (best/best %.2f / %.2f); goal >= 0.9\n", r1[runs / 2],
            r6[runs / 2], bestraw, best1, best6, best1 / bestraw, best6 / bestraw);
+    if (bestfio > 0)
+        printf("fetcher / fio: median %.2f one per acquire, %.2f six per acquire; best fio %.2f GB/s "
+               "(best/best %.2f / %.2f); goal >= 0.9\n", f1[runs / 2], f6[runs / 2], bestfio,
+               best1 / bestfio, best6 / bestfio);
     free(r1);
     free(r6);
+    free(f1);
+    free(f6);
 
     /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
     struct runner rr;

@@ -12,6 +12,7 @@ pkgs=(
   prometheus  # promtool and the server for tests/e2e/test_metrics.py
   nginx       # tests/e2e/test_nginx.py: two sets behind docs/deploy/nginx-dsv4.conf
   wamerican   # /usr/share/dict/words for tests/py/test_demo_words.py
+  fio         # tools/bench-fetcher's reference for the disk path (a benchmark, not a test)
 )
 
 missing=()

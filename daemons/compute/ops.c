@@ -131,16 +131,10 @@ void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, b
     }
 }
 
+/* the order is defined (and vectorised, same bits) in kernels/: dsv4_dot_f64 */
 double dot_f64(const float *a, const float *b, int n)
 {
-    double acc[8] = { 0 };
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += (double)a[i + k] * b[i + k];
-    for (; i < n; i++)
-        acc[0] += (double)a[i] * b[i];
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    return dsv4_dot_f64(a, b, n > 0 ? (size_t)n : 0);
 }
 
 /* Sylvester-order butterfly in double (exact for bf16 inputs), fp32, scale, bf16. */

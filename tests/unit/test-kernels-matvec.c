@@ -120,8 +120,8 @@ static double rounding_depth(const struct case_ *c)
         uint32_t B = c->f8.block, nb = (K + B - 1) / B;
         return (B + 15) / 16 + nb + 1 + 4;
     }
-    case FP4: /* fast blocks: K/16 lane FMAs; a slow block: 2 in the partial + 1 */
-        return (K / 16 > 2 + K / 32 ? K / 16 : 2 + K / 32) + 4;
+    case FP4: /* 3 in a block's 4-term partial, then one FMA per block of the lane's parity */
+        return 3 + (K / 32 + 1) / 2 + 4;
     default:
         return (K + 15) / 16 + 4;
     }
@@ -196,6 +196,9 @@ static void check_oracle(const struct case_ *c, const float *x, const float *y)
  */
 static const size_t nx_list[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 16, 33};
 static const struct dsv4_kernel_ops *under_test;
+/* FP4 cases: the extra activation rows FP8-QDQ'd as in the engine (the twins' integer
+ * path), all but every fifth (the definition's path, in the same batch) */
+static int extra_rows_qdq;
 
 static void run_case(const struct case_ *c, const float *x1, int check_oracle_too)
 {
@@ -205,6 +208,10 @@ static void run_case(const struct case_ *c, const float *x1, int check_oracle_to
     for (size_t n = 0; n < NXMAX; n++)
         for (uint32_t k = 0; k < cols; k++)
             x[n * cols + k] = n == 0 ? x1[k] : rnd_f(4.0f);
+    if (extra_rows_qdq)
+        for (size_t n = 1; n < NXMAX; n++)
+            if (n % 5 != 3)
+                dsv4_fp8_qdq(x + n * cols, cols, 128);
     float *ref = malloc(NXMAX * rows * sizeof(float));
     float *y = malloc(NXMAX * (rows + 3) * sizeof(float));
 
@@ -308,6 +315,70 @@ static void test_fp8_random_shapes(void **state)
         free(sc);
         free(x);
     }
+    extra_rows_qdq = 0;
+}
+
+/*
+ * The twins' integer classes of an activation block, each against the definition:
+ * 16-bit, 18-bit (a block spanning 2^17, e.g. 448 and the smallest E4M3 subnormal
+ * of one QDQ block), all zero, and not integer at 18 bits (the row takes the
+ * definition, beside integer rows in the same batch); block factors that are not
+ * normal fp32 (scale bytes 0, 1, 254) and NaN scales (255) on integer rows.
+ */
+static void test_fp4_integer_classes(void **state)
+{
+    select_twin(state);
+    enum { ROWS = 7, COLS = 512, NXC = 5 };
+    static const uint8_t exps[ROWS] = {127, 0, 1, 254, 255, 120, 135};
+    uint8_t w[ROWS * COLS / 2], sc[ROWS * COLS / 32];
+    for (size_t i = 0; i < sizeof w; i++)
+        w[i] = (uint8_t)rnd();
+    for (uint32_t i = 0; i < ROWS; i++)
+        for (uint32_t j = 0; j < COLS / 32; j++)
+            sc[i * (COLS / 32) + j] = j == 3 ? exps[i] : (uint8_t)(118 + rnd() % 12);
+    float x[NXC * COLS];
+    for (uint32_t n = 0; n < NXC; n++) {
+        float *xr = x + n * COLS;
+        for (uint32_t k = 0; k < COLS; k++)
+            xr[k] = rnd_f(2.0f);
+        dsv4_fp8_qdq(xr, COLS, 128);
+        if (n % 2 == 0)
+            for (uint32_t k = 32; k < 64; k++) /* block 1: all zero */
+                xr[k] = n % 4 ? -0.0f : 0.0f;
+        /* blocks 2 and 3: E4M3 values of one scale, 448 and the smallest subnormal among
+         * them: 18-bit. Block 3's scale puts the factor's biased exponent exactly at 0
+         * (row 0 against scale byte 1) and at 255 (row 1 against 254), else far inside */
+        const float s3 = n == 0 ? 0x1p9f : n == 1 ? 0x1p11f : 0x1p-40f;
+        for (uint32_t k = 64; k < 128; k++)
+            xr[k] = dsv4_e4m3_to_f32(rnd_e4m3_finite()) * (k < 96 ? (float)(1 << n) : s3);
+        xr[64] = 448.0f * (float)(1 << n);
+        xr[65] = 0x1p-9f * (float)(1 << n);
+        xr[96] = -448.0f * s3;
+        xr[97] = 0x1p-9f * s3;
+        if (n == 3) /* the whole row tiny: block factors far from 2^0 */
+            for (uint32_t k = 0; k < COLS; k++)
+                xr[k] *= 0x1p-60f;
+    }
+    /* row 2: not integer at 18 bits (2^-18 beside 1) */
+    x[2 * COLS + 128] = 1.0f;
+    x[2 * COLS + 129] = 0x1p-18f;
+    /* row 4: NaN */
+    x[4 * COLS + 200] = NAN;
+    struct case_ c = {.kind = FP4, .rows = ROWS, .cols = COLS};
+    c.f4 = (struct dsv4_fp4_weight){w, sc, ROWS, COLS};
+    float ref[NXC * ROWS], y[NXC * ROWS];
+    for (uint32_t n = 0; n < NXC; n++)
+        call(twin(DSV4_ISA_SCALAR), &c, x + n * COLS, 1, ref + n * ROWS, ROWS, 0, ROWS);
+    for (size_t nx = 1; nx <= NXC; nx++) {
+        call(under_test, &c, x, nx, y, ROWS, 0, ROWS);
+        for (size_t i = 0; i < nx * ROWS; i++)
+            if (!same_bits(y[i], ref[i]))
+                fail_msg("%s nx=%zu elt %zu: %.9g != scalar %.9g", under_test->name, nx, i,
+                         (double)y[i], (double)ref[i]);
+    }
+    for (uint32_t n = 0; n < NXC; n++)
+        assert_true(isnan(ref[n * ROWS + 4]));
+    check_oracle(&c, x, ref);
 }
 
 static void test_fp8_all_codes(void **state)
@@ -396,6 +467,7 @@ static void test_fp8_special_x(void **state)
 static void test_fp4_random_shapes(void **state)
 {
     select_twin(state);
+    extra_rows_qdq = 1;
     /* 16416 columns: past the AVX2 twin's split buffer, which then runs the reference */
     static const uint32_t shapes[][2] = {{1, 32}, {3, 64}, {5, 96}, {17, 32}, {130, 256},
                                          {4, 2048}, {7, 160}, {2, 4096}, {3, 16416}};
@@ -482,6 +554,70 @@ static void test_fp4_tiny_scales(void **state)
     for (uint32_t k = 0; k < cols; k++)
         x[k] = rnd_f(1.0f) * 0x1p118f;
     run_case(&c, x, 1);
+}
+
+/* ---- dot_f64 ---- */
+
+/* the documented order, written out independently of kernels/ */
+static double dot_doc(const float *a, const float *b, size_t n)
+{
+    double c[8] = {0};
+    size_t full = n - n % 8;
+    for (size_t i = 0; i < full; i++)
+        c[i % 8] += (double)a[i] * (double)b[i];
+    for (size_t i = full; i < n; i++)
+        c[0] += (double)a[i] * (double)b[i];
+    return ((c[0] + c[4]) + (c[1] + c[5])) + ((c[2] + c[6]) + (c[3] + c[7]));
+}
+
+static int same_f64(double a, double b)
+{
+    if (isnan(a) || isnan(b))
+        return isnan(a) && isnan(b);
+    return memcmp(&a, &b, sizeof a) == 0;
+}
+
+static void test_dot_f64(void **state)
+{
+    select_twin(state);
+    static const size_t lens[] = {0, 1, 7, 8, 9, 15, 16, 17, 64, 100, 128, 512, 1000};
+    enum { NK = 9, NMAX = 1000 };
+    float *q = malloc(NMAX * sizeof(float)), *kb = malloc(NK * NMAX * sizeof(float));
+    const float *k[NK];
+    double out[NK];
+    for (int round = 0; round < 4; round++)
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const size_t n = lens[li];
+            /* wide magnitudes so the chains round (round 1), specials (round 2), cancellation
+             * (round 3) */
+            for (size_t i = 0; i < NMAX; i++)
+                q[i] = rnd_f(1.0f) * (round == 1 ? ldexpf(1.0f, (int)(rnd() % 60) - 30) : 1.0f);
+            for (size_t i = 0; i < (size_t)NK * NMAX; i++)
+                kb[i] = round == 3 ? q[i % NMAX] * (i % 2 ? 1.0f : -1.0f) : rnd_f(2.0f);
+            if (round == 2 && n > 3) {
+                q[n / 2] = INFINITY;
+                kb[NMAX + 1] = NAN;
+                kb[2 * NMAX + n - 1] = 0x1p-140f;
+            }
+            for (int j = 0; j < NK; j++)
+                k[j] = kb + (size_t)j * NMAX;
+            for (int j = 0; j < NK; j++) {
+                double ref = dot_doc(q, k[j], n);
+                assert_true(same_f64(twin(DSV4_ISA_SCALAR)->dot_f64(q, k[j], n), ref));
+                double got = under_test->dot_f64(q, k[j], n);
+                if (!same_f64(got, ref))
+                    fail_msg("%s dot n=%zu round %d: %.17g != %.17g", under_test->name, n, round,
+                             got, ref);
+            }
+            for (size_t nk = 0; nk <= NK; nk++) {
+                under_test->dot_f64_many(q, k, nk, n, out);
+                for (size_t j = 0; j < nk; j++)
+                    if (!same_f64(out[j], dot_doc(q, k[j], n)))
+                        fail_msg("%s dot_many nk=%zu n=%zu #%zu", under_test->name, nk, n, j);
+            }
+        }
+    free(q);
+    free(kb);
 }
 
 /* ---- BF16 ---- */
@@ -575,8 +711,10 @@ int main(void)
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
         {"fp4_tiny_scales", test_fp4_tiny_scales},
+        {"fp4_integer_classes", test_fp4_integer_classes},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
+        {"dot_f64", test_dot_f64},
     };
     enum { NT = sizeof per_twin / sizeof per_twin[0] };
     /* one test per (case, twin) that this CPU runs: a twin it lacks is named, not

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * dsv4_dot_f64 of the SIMD twins (256-bit AVX2 code, included by matvec-avx2.c and
+ * matvec-avx512.c): the definition's eight double chains as two 4-lane vectors, the
+ * products formed in double (exact) and added with separate vaddpd, so each chain sees
+ * the definition's additions in its order. The chains' latency bounds one dot; the many
+ * form interleaves four dots to fill the adders.
+ */
+#include <immintrin.h>
+
+#include "kernels-internal.h"
+
+/* elements i .. i + 7 of a and b: products of chains 0-3 and 4-7 */
+INLINE void dot8(const float *a, const float *b, __m256d *p0, __m256d *p1)
+{
+    const __m256 va = _mm256_loadu_ps(a), vb = _mm256_loadu_ps(b);
+    *p0 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(va)),
+                        _mm256_cvtps_pd(_mm256_castps256_ps128(vb)));
+    *p1 = _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(va, 1)),
+                        _mm256_cvtps_pd(_mm256_extractf128_ps(vb, 1)));
+}
+
+/* the tail into chain 0, then the definition's fold */
+INLINE double dot_finish(__m256d c0, __m256d c1, const float *a, const float *b, size_t i,
+                         size_t n)
+{
+    double acc[8];
+    _mm256_storeu_pd(acc, c0);
+    _mm256_storeu_pd(acc + 4, c1);
+    for (; i < n; i++)
+        acc[0] += (double)a[i] * b[i];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+static double dot_f64_simd(const float *a, const float *b, size_t n)
+{
+    __m256d c0 = _mm256_setzero_pd(), c1 = _mm256_setzero_pd();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d p0, p1;
+        dot8(a + i, b + i, &p0, &p1);
+        c0 = _mm256_add_pd(c0, p0);
+        c1 = _mm256_add_pd(c1, p1);
+    }
+    return dot_finish(c0, c1, a, b, i, n);
+}
+
+static void dot_f64_many_simd(const float *q, const float *const *k, size_t nk, size_t n,
+                              double *out)
+{
+    size_t j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        __m256d c[4][2];
+        for (int t = 0; t < 4; t++)
+            c[t][0] = c[t][1] = _mm256_setzero_pd();
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            for (int t = 0; t < 4; t++) {
+                __m256d p0, p1;
+                dot8(q + i, k[j + t] + i, &p0, &p1);
+                c[t][0] = _mm256_add_pd(c[t][0], p0);
+                c[t][1] = _mm256_add_pd(c[t][1], p1);
+            }
+        for (int t = 0; t < 4; t++)
+            out[j + t] = dot_finish(c[t][0], c[t][1], q, k[j + t], i, n);
+    }
+    for (; j < nk; j++)
+        out[j] = dot_f64_simd(q, k[j], n);
+}

@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The FP4 matvec of the SIMD twins, in integers: included by matvec-avx2.c and
+ * matvec-avx512.c (256-bit AVX2 code in both, so the two are one code).
+ *
+ * The definition (matvec-c.c, docs/numerics.md) sums, per 32-column scale block
+ * and lane j, four unscaled E2M1 products, then applies the block scale once.
+ * Activations reach FP4 linears FP8-QDQ'd (E4M3 codes times a power of two per
+ * 128 columns), and then every such partial is exact. So each activation block
+ * is first turned into integers q = x·2^σ (σ per block, from its largest
+ * magnitude): 16-bit when that is exact, else 18-bit as 9-bit halves, else (any
+ * x that is not QDQ'd, NaN, inf) the row takes the scalar definition. Weights
+ * decode as doubled E2M1 int8 through one vpshufb and multiply-add in int32 with
+ * vpmaddwd; the pairing of vpmaddwd is what fixes the definition's lanes
+ * (column base, base + 1, base + 8, base + 9). The exact integer partial,
+ * converted to fp32 (exact, < 2^24), times 2^(S − 127 − σ − 1 [− 8]) in one fma
+ * gives the definition's fma(P, 2^(S−127), acc) bit for bit whenever that power
+ * of two is a normal fp32; rows where it is not (or S = 0xFF) take the
+ * definition too.
+ *
+ * Needs INLINE from the includer.
+ */
+#include <stdlib.h>
+
+/* bytes per 32-column block of a prepared activation row: qA, qB (16-bit class) or
+ * loA, loB, hiA, hiB (18-bit), 16 int16 each */
+#define FP4_QB 128
+/* activation rows prepared per pass */
+#define FP4_NXP 16
+
+enum { FP4_Q16, FP4_Q18, FP4_INEXACT };
+
+/* one prepared activation row */
+struct fp4_x {
+    const int16_t *q;   /* [blocks][64] */
+    const int32_t *eo;  /* [blocks]: c = 2^(S + eo − 127) */
+    const uint8_t *cls; /* [blocks] */
+    int inexact;
+};
+
+/* the 16 int16 of a word vector in the decoded weights' order: cols 0-7 | 16-23
+ * from v0 (cols 0-7) and v2 (16-23); same for 8-15 | 24-31 */
+INLINE void fp4_store_pair(int16_t *d, __m256i v0, __m256i v1, __m256i v2, __m256i v3)
+{
+    _mm256_storeu_si256((__m256i *)d, _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v2), 0xD8));
+    _mm256_storeu_si256((__m256i *)(d + 16),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(v1, v3), 0xD8));
+}
+
+/* x·2^σ of 4 vectors as integers; whether all are exact */
+INLINE int fp4_ints(const __m256 v[4], int sigma, __m256i q[4])
+{
+    const __m256 s = _mm256_castsi256_ps(_mm256_set1_epi32((sigma + 127) << 23));
+    __m256 eq = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    for (int i = 0; i < 4; i++) {
+        __m256 f = _mm256_mul_ps(v[i], s);
+        q[i] = _mm256_cvttps_epi32(f);
+        eq = _mm256_and_ps(eq, _mm256_cmp_ps(_mm256_cvtepi32_ps(q[i]), f, _CMP_EQ_OQ));
+    }
+    return _mm256_movemask_ps(eq) == 0xFF;
+}
+
+static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, uint8_t *cls,
+                     struct fp4_x *out)
+{
+    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF);
+    out->q = q, out->eo = eo, out->cls = cls;
+    out->inexact = 0;
+    for (uint32_t b = 0; b < blocks; b++) {
+        __m256 v[4];
+        __m256i mx = _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(x + (size_t)b * 32 + i * 8);
+            /* magnitudes compare as integers; NaN and inf land above 0x7F800000 */
+            mx = _mm256_max_epi32(mx, _mm256_and_si256(_mm256_castps_si256(v[i]), abs));
+        }
+        __m128i m = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+        m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+        m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
+        const uint32_t mb = (uint32_t)_mm_cvtsi128_si32(m);
+        const int M = (int)(mb >> 23) - 127;
+        int16_t *qb = q + (size_t)b * (FP4_QB / 2);
+        __m256i qi[4];
+        uint8_t c = FP4_INEXACT;
+        int e = 0;
+        if (mb == 0) {
+            /* all zero: any finite c will do */
+            for (int i = 0; i < 4; i++)
+                qi[i] = _mm256_setzero_si256();
+            fp4_store_pair(qb, qi[0], qi[1], qi[2], qi[3]);
+            c = FP4_Q16;
+        } else if (mb >= 0x00800000u && mb < 0x7F800000u && M >= -110) {
+            if (fp4_ints(v, 14 - M, qi)) { /* |q| < 2^15 */
+                fp4_store_pair(qb, qi[0], qi[1], qi[2], qi[3]);
+                c = FP4_Q16, e = -9 - (14 - M);
+            } else if (fp4_ints(v, 17 - M, qi)) { /* |q| < 2^18: q = hi·2^9 + lo */
+                __m256i lo[4], hi[4];
+                for (int i = 0; i < 4; i++) {
+                    lo[i] = _mm256_and_si256(qi[i], _mm256_set1_epi32(511));
+                    hi[i] = _mm256_srai_epi32(qi[i], 9);
+                }
+                fp4_store_pair(qb, lo[0], lo[1], lo[2], lo[3]);
+                fp4_store_pair(qb + 32, hi[0], hi[1], hi[2], hi[3]);
+                c = FP4_Q18, e = -1 - (17 - M);
+            }
+        }
+        cls[b] = c;
+        eo[b] = e;
+        if (c == FP4_INEXACT)
+            out->inexact = 1;
+    }
+}
+
+/* 32 codes of a block → doubled E2M1 values ·256 as int16: wA = cols 0-7 | 16-23,
+ * wB = cols 8-15 | 24-31 */
+INLINE void fp4_decode(const uint8_t *p, __m256i *wa, __m256i *wb)
+{
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    /* byte j → the 16-bit word lo(b_j) | hi(b_j) << 8: the 32 codes in column order */
+    __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    __m256i c = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi16(w, 4)),
+                                 _mm256_set1_epi16(0x0F0F));
+    __m256i v = _mm256_shuffle_epi8(table, c);
+    *wa = _mm256_unpacklo_epi8(_mm256_setzero_si256(), v);
+    *wb = _mm256_unpackhi_epi8(_mm256_setzero_si256(), v);
+}
+
+/* the 8 lane partials of one block as fp32 (exact): ·2^8 in the 16-bit class */
+INLINE __m256 fp4_partial(__m256i wa, __m256i wb, const int16_t *qb, uint8_t cls)
+{
+    const __m256i *qv = (const __m256i *)qb;
+    __m256i m = _mm256_add_epi32(_mm256_madd_epi16(wa, _mm256_loadu_si256(qv)),
+                                 _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 1)));
+    if (__builtin_expect(cls != FP4_Q16, 0)) {
+        __m256i h = _mm256_add_epi32(_mm256_madd_epi16(wa, _mm256_loadu_si256(qv + 2)),
+                                     _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 3)));
+        m = _mm256_add_epi32(_mm256_slli_epi32(h, 1), _mm256_srai_epi32(m, 8));
+    }
+    return _mm256_cvtepi32_ps(m);
+}
+
+/* the block factors 2^(S + eo − 127) of blocks [b, b + n) (n <= 8) into c; the biased
+ * exponents' range into lo/hi and the largest scale byte into sm (checked at the row's end) */
+INLINE void fp4_factors(const uint8_t *s, const int32_t *eo, uint32_t n, float *c, __m256i *lo,
+                        __m256i *hi, __m256i *sm)
+{
+    __m256i sv, e;
+    if (n == 8) {
+        sv = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s));
+        e = _mm256_add_epi32(sv, _mm256_loadu_si256((const __m256i *)eo));
+    } else {
+        int32_t st[8], et[8];
+        for (uint32_t t = 0; t < 8; t++) {
+            st[t] = t < n ? s[t] : 127;
+            et[t] = t < n ? s[t] + eo[t] : 127;
+        }
+        sv = _mm256_loadu_si256((const __m256i *)st);
+        e = _mm256_loadu_si256((const __m256i *)et);
+    }
+    *lo = _mm256_min_epi32(*lo, e);
+    *hi = _mm256_max_epi32(*hi, e);
+    *sm = _mm256_max_epi32(*sm, sv);
+    _mm256_storeu_ps(c, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+INLINE int hmin8(__m256i v)
+{
+    __m128i m = _mm_min_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_min_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    return _mm_cvtsi128_si32(_mm_min_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+INLINE int hmax8(__m256i v)
+{
+    __m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+    return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+/* block b (parity H) of R weight rows × NX activation rows into acc[r][n][H] */
+INLINE void fp4_block(const int R, const int NX, const int H, const uint8_t *const wr[4],
+                      const struct fp4_x *xp, uint32_t b, float cf[4][4][8], uint32_t t,
+                      __m256 acc[4][4][2])
+{
+    for (int r = 0; r < R; r++) {
+        __m256i wa, wb;
+        fp4_decode(wr[r] + (size_t)b * 16, &wa, &wb);
+        for (int n = 0; n < NX; n++) {
+            __m256 p = fp4_partial(wa, wb, xp[n].q + (size_t)b * (FP4_QB / 2), xp[n].cls[b]);
+            acc[r][n][H] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&cf[r][n][t]), acc[r][n][H]);
+        }
+    }
+}
+
+/*
+ * R weight rows from i0 × NX prepared activation rows, whole rows, accumulators in
+ * registers; *ok cleared for an (r, n) whose block factors are not all normal fp32
+ * (S = 0xFF included): those take the definition.
+ */
+INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
+                     const uint32_t *rows, const struct fp4_x *xp, float *y, size_t ldy,
+                     int ok[4][4])
+{
+    const uint32_t nb = w->cols / 32;
+    const uint8_t *wr[4], *sr[4];
+    __m256i lo[4][4], hi[4][4], sm[4][4];
+    __m256 acc[4][4][2];
+    for (int r = 0; r < R; r++) {
+        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
+        sr[r] = w->scale + (size_t)rows[r] * nb;
+        for (int n = 0; n < NX; n++) {
+            acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
+            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
+            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
+        }
+    }
+    for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
+        const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
+        float cf[4][4][8] __attribute__((aligned(32)));
+        for (int r = 0; r < R; r++)
+            for (int n = 0; n < NX; n++)
+                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n],
+                            &sm[r][n]);
+        uint32_t t = 0;
+        for (; t + 2 <= m; t += 2) {
+            fp4_block(R, NX, 0, wr, xp, b0 + t, cf, t, acc);
+            fp4_block(R, NX, 1, wr, xp, b0 + t + 1, cf, t + 1, acc);
+        }
+        if (t < m)
+            fp4_block(R, NX, 0, wr, xp, b0 + t, cf, t, acc);
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++) {
+            ok[r][n] = hmax8(sm[r][n]) < 255 && hmin8(lo[r][n]) >= 1 && hmax8(hi[r][n]) <= 254;
+            float a[16] __attribute__((aligned(32)));
+            _mm256_store_ps(a, acc[r][n][0]);
+            _mm256_store_ps(a + 8, acc[r][n][1]);
+            y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
+        }
+}
+
+/* rows [row_begin, row_end) for NX prepared activation rows; a tile's R rows lie a
+ * quarter of the range apart, so the weights stream from R places at once (one
+ * sequential stream left the one-row call at about a third of the read ceiling) */
+INLINE void fp4_rows(const int R, const int NX, const struct dsv4_fp4_weight *w,
+                     const struct fp4_x *xp, const float *x, float *y, size_t ldy,
+                     uint32_t row_begin, uint32_t row_end)
+{
+    const uint32_t q = (row_end - row_begin) / (uint32_t)R;
+    int ok[4][4];
+    uint32_t rows[4];
+    for (uint32_t t = 0; t < q + (row_end - row_begin) % (uint32_t)R; t++) {
+        const int full = t < q;
+        for (int r = 0; r < R; r++)
+            rows[r] = full ? row_begin + (uint32_t)r * q + t : row_begin + (uint32_t)R * q + (t - q);
+        if (full)
+            fp4_tile(R, NX, w, rows, xp, y, ldy, ok);
+        else
+            fp4_tile(1, NX, w, rows, xp, y, ldy, ok);
+        for (int r = 0; r < (full ? R : 1); r++)
+            for (int n = 0; n < NX; n++)
+                if (!ok[r][n])
+                    dsv4_kernel_ops_scalar.matvec_fp4(w, x + (size_t)n * w->cols, 1,
+                                                      y + (size_t)n * ldy, ldy, rows[r],
+                                                      rows[r] + 1);
+    }
+}
+
+static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                            size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    const uint32_t nb = w->cols / 32;
+    const size_t per = (size_t)nb * (FP4_QB + sizeof(int32_t) + 1);
+    const size_t np = nx < FP4_NXP ? nx : FP4_NXP;
+    if (row_end <= row_begin || nx == 0)
+        return;
+    uint8_t *buf = nb ? malloc(np * per) : NULL;
+    if (!buf) { /* nothing to prepare, or no memory: the definition */
+        dsv4_kernel_ops_scalar.matvec_fp4(w, x, nx, y, ldy, row_begin, row_end);
+        return;
+    }
+    for (size_t n0 = 0; n0 < nx; n0 += FP4_NXP) {
+        const size_t nc = nx - n0 < FP4_NXP ? nx - n0 : FP4_NXP;
+        /* activation rows that are not integers at 18 bits take the definition;
+         * the others are gathered into xp */
+        struct fp4_x xp[FP4_NXP];
+        size_t idx[FP4_NXP], nq = 0;
+        for (size_t n = 0; n < nc; n++) {
+            uint8_t *p = buf + n * per;
+            const float *xr = x + (n0 + n) * w->cols;
+            fp4_prep(xr, nb, (int16_t *)(void *)p, (int32_t *)(void *)(p + (size_t)nb * FP4_QB),
+                     p + (size_t)nb * (FP4_QB + sizeof(int32_t)), &xp[nq]);
+            if (xp[nq].inexact)
+                dsv4_kernel_ops_scalar.matvec_fp4(w, xr, 1, y + (n0 + n) * ldy, ldy, row_begin,
+                                                  row_end);
+            else
+                idx[nq++] = n0 + n;
+        }
+        /* groups of up to 4 rows; contiguous ones share a tile */
+        for (size_t g = 0; g < nq;) {
+            size_t k = 1;
+            while (k < 4 && g + k < nq && idx[g + k] == idx[g] + k)
+                k++;
+            const float *xg = x + idx[g] * w->cols;
+            float *yg = y + idx[g] * ldy;
+            switch (k) {
+            case 1: fp4_rows(4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+            case 2: fp4_rows(2, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+            case 3: fp4_rows(1, 3, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+            default: fp4_rows(1, 4, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+            }
+            g += k;
+        }
+    }
+    free(buf);
+}
