@@ -528,6 +528,31 @@ static void test_fp4_all_codes_and_scales(void **state)
     run_case(&c, x, 1);
 }
 
+/* Block factors at the edge of the normal range: rows whose every scale byte is S in 0..3
+ * against constant activation rows 2^k, k = -40..40, so that S + the activation block's
+ * exponent sweeps across the factor's smallest normal exponent (1) and the subnormal ones
+ * below it, which the integer twins must leave to the definition (a factor of exponent field
+ * 0 read as a normal float is +0: the row would lose its blocks). */
+static void test_fp4_factor_edges(void **state)
+{
+    select_twin(state);
+    const uint32_t rows = 4, cols = 64;
+    uint8_t w[4 * 32], sc[4 * 2];
+    float x[64];
+    for (uint32_t i = 0; i < rows; i++) {
+        for (uint32_t j = 0; j < 32; j++)
+            w[i * 32 + j] = (uint8_t)(rnd() | 0x11);    /* no zero nibble: every block counts */
+        sc[i * 2] = sc[i * 2 + 1] = (uint8_t)i;
+    }
+    struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+    c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+    for (int k = -40; k <= 40; k++) {
+        for (uint32_t t = 0; t < cols; t++)
+            x[t] = ldexpf(t % 3 ? 1.0f : -1.5f, k);
+        run_case(&c, x, 0);
+    }
+}
+
 /* Rows whose every block has a tiny scale (E8M0 bytes 0..3): nothing larger in the row
  * hides how byte 0 decodes (2^-127, a subnormal; 2^-126 would double the row). Row 0 is
  * exact: 256 weights of 1.0 at scale 2^-127 against x = 2^120 give 2. */
@@ -711,6 +736,7 @@ int main(void)
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
         {"fp4_tiny_scales", test_fp4_tiny_scales},
+        {"fp4_factor_edges", test_fp4_factor_edges},
         {"fp4_integer_classes", test_fp4_integer_classes},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
