@@ -271,7 +271,9 @@ static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, siz
                             size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
     const uint32_t nb = w->cols / 32;
-    const size_t per = (size_t)nb * (FP4_QB + sizeof(int32_t) + 1);
+    /* one prepared row: q (int16), eo (int32), cls (bytes); rows 32-byte apart so every
+     * row's eo array stays 4-byte aligned whatever nb is */
+    const size_t per = ((size_t)nb * (FP4_QB + sizeof(int32_t) + 1) + 31) & ~(size_t)31;
     const size_t np = nx < FP4_NXP ? nx : FP4_NXP;
     if (row_end <= row_begin || nx == 0)
         return;
