@@ -73,6 +73,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define TILE_NT 2
 
 #include "matvec-tile.h"
+#define FP4_ZMM 1
 #include "matvec-fp4.h"
 #include "dot-simd.h"
 

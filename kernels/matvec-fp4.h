@@ -23,10 +23,18 @@
 #include <stdlib.h>
 
 /* bytes per 32-column block of a prepared activation row: qA, qB (16-bit class) or
- * loA, loB, hiA, hiB (18-bit), 16 int16 each */
+ * loA, loB, hiA, hiB (18-bit), 16 int16 each. Blocks are laid out in pairs, each
+ * part of the even block beside the same part of the odd one (qA0 qA1 qB0 qB1 hiA0
+ * hiA1 hiB0 hiB1), so a 512-bit load takes one part of two blocks; a row holds an
+ * even number of blocks' room. */
 #define FP4_QB 128
 /* activation rows prepared per pass */
 #define FP4_NXP 16
+#ifdef FP4_ZMM
+#define FP4_HAS_Z 1
+#else
+#define FP4_HAS_Z 0
+#endif
 
 enum { FP4_Q16, FP4_Q18, FP4_INEXACT };
 
@@ -36,14 +44,25 @@ struct fp4_x {
     const int32_t *eo;  /* [blocks]: c = 2^(S + eo − 127) */
     const uint8_t *cls; /* [blocks] */
     int inexact;
+    int all16;          /* every block in the 16-bit class */
 };
 
+/* where block b's qA lies in a prepared row (qB 32, hiA 64, hiB 96 int16 further) */
+INLINE int16_t *fp4_qat(int16_t *q, uint32_t b)
+{
+    return q + (size_t)(b >> 1) * FP4_QB + (b & 1) * 16;
+}
+INLINE const int16_t *fp4_qat_c(const int16_t *q, uint32_t b)
+{
+    return q + (size_t)(b >> 1) * FP4_QB + (b & 1) * 16;
+}
+
 /* the 16 int16 of a word vector in the decoded weights' order: cols 0-7 | 16-23
- * from v0 (cols 0-7) and v2 (16-23); same for 8-15 | 24-31 */
+ * from v0 (cols 0-7) and v2 (16-23) at d; same for 8-15 | 24-31 at d + 32 */
 INLINE void fp4_store_pair(int16_t *d, __m256i v0, __m256i v1, __m256i v2, __m256i v3)
 {
     _mm256_storeu_si256((__m256i *)d, _mm256_permute4x64_epi64(_mm256_packs_epi32(v0, v2), 0xD8));
-    _mm256_storeu_si256((__m256i *)(d + 16),
+    _mm256_storeu_si256((__m256i *)(d + 32),
                         _mm256_permute4x64_epi64(_mm256_packs_epi32(v1, v3), 0xD8));
 }
 
@@ -66,6 +85,7 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
     const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF);
     out->q = q, out->eo = eo, out->cls = cls;
     out->inexact = 0;
+    out->all16 = 1;
     for (uint32_t b = 0; b < blocks; b++) {
         __m256 v[4];
         __m256i mx = _mm256_setzero_si256();
@@ -79,7 +99,7 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
         m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
         const uint32_t mb = (uint32_t)_mm_cvtsi128_si32(m);
         const int M = (int)(mb >> 23) - 127;
-        int16_t *qb = q + (size_t)b * (FP4_QB / 2);
+        int16_t *qb = fp4_qat(q, b);
         __m256i qi[4];
         uint8_t c = FP4_INEXACT;
         int e = 0;
@@ -100,7 +120,7 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
                     hi[i] = _mm256_srai_epi32(qi[i], 9);
                 }
                 fp4_store_pair(qb, lo[0], lo[1], lo[2], lo[3]);
-                fp4_store_pair(qb + 32, hi[0], hi[1], hi[2], hi[3]);
+                fp4_store_pair(qb + 64, hi[0], hi[1], hi[2], hi[3]);
                 c = FP4_Q18, e = -1 - (17 - M);
             }
         }
@@ -108,6 +128,8 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
         eo[b] = e;
         if (c == FP4_INEXACT)
             out->inexact = 1;
+        if (c != FP4_Q16)
+            out->all16 = 0;
     }
 }
 
@@ -129,12 +151,12 @@ INLINE void fp4_decode(const uint8_t *p, __m256i *wa, __m256i *wb)
 /* the 8 lane partials of one block as fp32 (exact): ·2^8 in the 16-bit class */
 INLINE __m256 fp4_partial(__m256i wa, __m256i wb, const int16_t *qb, uint8_t cls)
 {
-    const __m256i *qv = (const __m256i *)qb;
+    const __m256i *qv = (const __m256i *)qb;   /* qA, then qB, hiA, hiB 2 vectors apart */
     __m256i m = _mm256_add_epi32(_mm256_madd_epi16(wa, _mm256_loadu_si256(qv)),
-                                 _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 1)));
+                                 _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 2)));
     if (__builtin_expect(cls != FP4_Q16, 0)) {
-        __m256i h = _mm256_add_epi32(_mm256_madd_epi16(wa, _mm256_loadu_si256(qv + 2)),
-                                     _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 3)));
+        __m256i h = _mm256_add_epi32(_mm256_madd_epi16(wa, _mm256_loadu_si256(qv + 4)),
+                                     _mm256_madd_epi16(wb, _mm256_loadu_si256(qv + 6)));
         m = _mm256_add_epi32(_mm256_slli_epi32(h, 1), _mm256_srai_epi32(m, 8));
     }
     return _mm256_cvtepi32_ps(m);
@@ -178,6 +200,12 @@ INLINE int hmax8(__m256i v)
     return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
 }
 
+/* whether every block factor of an (r, n) output was a normal fp32 and no scale NaN */
+INLINE int fp4_ok(__m256i lo, __m256i hi, __m256i sm)
+{
+    return hmax8(sm) < 255 && hmin8(lo) >= 1 && hmax8(hi) <= 254;
+}
+
 /* block b (parity H) of R weight rows × NX activation rows into acc[r][n][H] */
 INLINE void fp4_block(const int R, const int NX, const int H, const uint8_t *const wr[4],
                       const struct fp4_x *xp, uint32_t b, float cf[4][4][8], uint32_t t,
@@ -187,7 +215,7 @@ INLINE void fp4_block(const int R, const int NX, const int H, const uint8_t *con
         __m256i wa, wb;
         fp4_decode(wr[r] + (size_t)b * 16, &wa, &wb);
         for (int n = 0; n < NX; n++) {
-            __m256 p = fp4_partial(wa, wb, xp[n].q + (size_t)b * (FP4_QB / 2), xp[n].cls[b]);
+            __m256 p = fp4_partial(wa, wb, fp4_qat_c(xp[n].q, b), xp[n].cls[b]);
             acc[r][n][H] = _mm256_fmadd_ps(p, _mm256_broadcast_ss(&cf[r][n][t]), acc[r][n][H]);
         }
     }
@@ -232,7 +260,7 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
     }
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NX; n++) {
-            ok[r][n] = hmax8(sm[r][n]) < 255 && hmin8(lo[r][n]) >= 1 && hmax8(hi[r][n]) <= 254;
+            ok[r][n] = fp4_ok(lo[r][n], hi[r][n], sm[r][n]);
             float a[16] __attribute__((aligned(32)));
             _mm256_store_ps(a, acc[r][n][0]);
             _mm256_store_ps(a + 8, acc[r][n][1]);
@@ -240,10 +268,106 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
         }
 }
 
+#ifdef FP4_ZMM
+/*
+ * 512-bit variant for activation rows whose blocks are all in the 16-bit class: two
+ * blocks per vector, the even block's 8 lanes low, the odd block's high — exactly the
+ * halves H = 0 and H = 1 of the 256-bit code, so one register holds the 16 lanes of an
+ * (r, n) output and each pair costs two vpmaddwd, an add, a conversion, a permute of
+ * the block factors and one fma.
+ */
+
+/* the codes of blocks b, b + 1 (32 bytes): wa = [wa(b) | wa(b + 1)], wb likewise */
+INLINE void fp4_decode2(const uint8_t *p, __m512i *wa, __m512i *wb)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)p));
+    __m512i c = _mm512_and_si512(_mm512_or_si512(w, _mm512_slli_epi16(w, 4)),
+                                 _mm512_set1_epi16(0x0F0F));
+    __m512i v = _mm512_shuffle_epi8(table, c);
+    *wa = _mm512_unpacklo_epi8(_mm512_setzero_si512(), v);
+    *wb = _mm512_unpackhi_epi8(_mm512_setzero_si512(), v);
+}
+
+INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *w,
+                       const uint32_t *rows, const struct fp4_x *xp, float *y, size_t ldy,
+                       int ok[4][4])
+{
+    const uint32_t nb = w->cols / 32;
+    const uint8_t *wr[4], *sr[4];
+    __m256i lo[4][4], hi[4][4], sm[4][4];
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++) {
+        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
+        sr[r] = w->scale + (size_t)rows[r] * nb;
+        for (int n = 0; n < NX; n++) {
+            acc[r][n] = _mm512_setzero_ps();
+            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
+            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
+        }
+    }
+    for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
+        const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
+        float cf[4][4][8] __attribute__((aligned(32)));
+        for (int r = 0; r < R; r++)
+            for (int n = 0; n < NX; n++)
+                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n],
+                            &sm[r][n]);
+        uint32_t t = 0;
+        for (; t + 2 <= m; t += 2) {
+            /* lanes 0-7 take block t's factor, 8-15 block t + 1's */
+            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32((int)t),
+                                                   _mm256_set1_epi32((int)t + 1), 1);
+            __m512i qa[4], qb[4];
+            for (int n = 0; n < NX; n++) {
+                const int16_t *q = fp4_qat_c(xp[n].q, b0 + t);
+                qa[n] = _mm512_loadu_si512((const void *)q);
+                qb[n] = _mm512_loadu_si512((const void *)(q + 32));
+            }
+            for (int r = 0; r < R; r++) {
+                __m512i wa, wb;
+                fp4_decode2(wr[r] + (size_t)(b0 + t) * 16, &wa, &wb);
+                for (int n = 0; n < NX; n++) {
+                    __m512i p = _mm512_add_epi32(_mm512_madd_epi16(wa, qa[n]),
+                                                 _mm512_madd_epi16(wb, qb[n]));
+                    __m512 c = _mm512_permutexvar_ps(
+                        idx, _mm512_castps256_ps512(_mm256_load_ps(cf[r][n])));
+                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), c, acc[r][n]);
+                }
+            }
+        }
+        if (t < m) { /* an odd count: the last block is even, lanes 0-7 */
+            for (int r = 0; r < R; r++) {
+                __m256i wa, wb;
+                fp4_decode(wr[r] + (size_t)(b0 + t) * 16, &wa, &wb);
+                for (int n = 0; n < NX; n++) {
+                    __m256 p = fp4_partial(wa, wb, fp4_qat_c(xp[n].q, b0 + t), FP4_Q16);
+                    acc[r][n] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(p),
+                                                      _mm512_set1_ps(cf[r][n][t]), acc[r][n],
+                                                      0x00FF);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++) {
+            ok[r][n] = fp4_ok(lo[r][n], hi[r][n], sm[r][n]);
+            float a[16] __attribute__((aligned(64)));
+            _mm512_store_ps(a, acc[r][n]);
+            y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
+        }
+}
+#define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok)                                          \
+    ((Z) ? fp4_tile_z(R, NX, w, rows, xp, y, ldy, ok) : fp4_tile(R, NX, w, rows, xp, y, ldy, ok))
+#else
+#define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok) fp4_tile(R, NX, w, rows, xp, y, ldy, ok)
+#endif
+
 /* rows [row_begin, row_end) for NX prepared activation rows; a tile's R rows lie a
  * quarter of the range apart, so the weights stream from R places at once (one
  * sequential stream left the one-row call at about a third of the read ceiling) */
-INLINE void fp4_rows(const int R, const int NX, const struct dsv4_fp4_weight *w,
+INLINE void fp4_rows(const int Z, const int R, const int NX, const struct dsv4_fp4_weight *w,
                      const struct fp4_x *xp, const float *x, float *y, size_t ldy,
                      uint32_t row_begin, uint32_t row_end)
 {
@@ -255,9 +379,9 @@ INLINE void fp4_rows(const int R, const int NX, const struct dsv4_fp4_weight *w,
         for (int r = 0; r < R; r++)
             rows[r] = full ? row_begin + (uint32_t)r * q + t : row_begin + (uint32_t)R * q + (t - q);
         if (full)
-            fp4_tile(R, NX, w, rows, xp, y, ldy, ok);
+            FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok);
         else
-            fp4_tile(1, NX, w, rows, xp, y, ldy, ok);
+            FP4_TILE(Z, 1, NX, w, rows, xp, y, ldy, ok);
         for (int r = 0; r < (full ? R : 1); r++)
             for (int n = 0; n < NX; n++)
                 if (!ok[r][n])
@@ -271,9 +395,10 @@ static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, siz
                             size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
     const uint32_t nb = w->cols / 32;
-    /* one prepared row: q (int16), eo (int32), cls (bytes); rows 32-byte apart so every
-     * row's eo array stays 4-byte aligned whatever nb is */
-    const size_t per = ((size_t)nb * (FP4_QB + sizeof(int32_t) + 1) + 31) & ~(size_t)31;
+    /* one prepared row: q (int16, room for an even number of blocks), eo (int32), cls
+     * (bytes); rows 64-byte apart so every row's eo array stays aligned whatever nb is */
+    const size_t qbytes = (size_t)((nb + 1) & ~1u) * FP4_QB;
+    const size_t per = (qbytes + (size_t)nb * (sizeof(int32_t) + 1) + 63) & ~(size_t)63;
     const size_t np = nx < FP4_NXP ? nx : FP4_NXP;
     if (row_end <= row_begin || nx == 0)
         return;
@@ -291,26 +416,37 @@ static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, siz
         for (size_t n = 0; n < nc; n++) {
             uint8_t *p = buf + n * per;
             const float *xr = x + (n0 + n) * w->cols;
-            fp4_prep(xr, nb, (int16_t *)(void *)p, (int32_t *)(void *)(p + (size_t)nb * FP4_QB),
-                     p + (size_t)nb * (FP4_QB + sizeof(int32_t)), &xp[nq]);
+            fp4_prep(xr, nb, (int16_t *)(void *)p, (int32_t *)(void *)(p + qbytes),
+                     p + qbytes + (size_t)nb * sizeof(int32_t), &xp[nq]);
             if (xp[nq].inexact)
                 dsv4_kernel_ops_scalar.matvec_fp4(w, xr, 1, y + (n0 + n) * ldy, ldy, row_begin,
                                                   row_end);
             else
                 idx[nq++] = n0 + n;
         }
-        /* groups of up to 4 rows; contiguous ones share a tile */
+        /* groups of up to 4 rows; contiguous ones of one kind share a tile */
         for (size_t g = 0; g < nq;) {
+            const int z = FP4_HAS_Z && xp[g].all16;
             size_t k = 1;
-            while (k < 4 && g + k < nq && idx[g + k] == idx[g] + k)
+            while (k < 4 && g + k < nq && idx[g + k] == idx[g] + k &&
+                   (FP4_HAS_Z && xp[g + k].all16) == z)
                 k++;
             const float *xg = x + idx[g] * w->cols;
             float *yg = y + idx[g] * ldy;
-            switch (k) {
-            case 1: fp4_rows(4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
-            case 2: fp4_rows(2, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
-            case 3: fp4_rows(1, 3, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
-            default: fp4_rows(1, 4, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+            if (z) {
+                switch (k) {
+                case 1: fp4_rows(1, 4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 2: fp4_rows(1, 4, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 3: fp4_rows(1, 2, 3, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                default: fp4_rows(1, 2, 4, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                }
+            } else {
+                switch (k) {
+                case 1: fp4_rows(0, 4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 2: fp4_rows(0, 2, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 3: fp4_rows(0, 1, 3, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                default: fp4_rows(0, 1, 4, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                }
             }
             g += k;
         }

@@ -323,12 +323,14 @@ static void test_fp8_random_shapes(void **state)
  * 16-bit, 18-bit (a block spanning 2^17, e.g. 448 and the smallest E4M3 subnormal
  * of one QDQ block), all zero, and not integer at 18 bits (the row takes the
  * definition, beside integer rows in the same batch); block factors that are not
- * normal fp32 (scale bytes 0, 1, 254) and NaN scales (255) on integer rows.
+ * normal fp32 (scale bytes 0, 1, 254) and NaN scales (255) on integer rows. Rows 5
+ * and 6 stay 16-bit in every block (the AVX-512 twin's two-block path) between rows
+ * with 18-bit blocks, so one call mixes the two kinds of tile.
  */
 static void test_fp4_integer_classes(void **state)
 {
     select_twin(state);
-    enum { ROWS = 7, COLS = 512, NXC = 5 };
+    enum { ROWS = 7, COLS = 512, NXC = 8 };
     static const uint8_t exps[ROWS] = {127, 0, 1, 254, 255, 120, 135};
     uint8_t w[ROWS * COLS / 2], sc[ROWS * COLS / 32];
     for (size_t i = 0; i < sizeof w; i++)
@@ -349,6 +351,8 @@ static void test_fp4_integer_classes(void **state)
          * them: 18-bit. Block 3's scale puts the factor's biased exponent exactly at 0
          * (row 0 against scale byte 1) and at 255 (row 1 against 254), else far inside */
         const float s3 = n == 0 ? 0x1p9f : n == 1 ? 0x1p11f : 0x1p-40f;
+        if (n == 5 || n == 6)
+            continue;
         for (uint32_t k = 64; k < 128; k++)
             xr[k] = dsv4_e4m3_to_f32(rnd_e4m3_finite()) * (k < 96 ? (float)(1 << n) : s3);
         xr[64] = 448.0f * (float)(1 << n);
