@@ -5,7 +5,9 @@
 # this tree's build/tools/bench-kernels alternately, ROUNDS times each, with the
 # same arguments, so both see the same machine state. Usage:
 #   tools/bench-kernels-ab.sh [REV] [-- bench-kernels arguments]
-# Environment: ROUNDS (default 2), BUILD (this tree's build dir, default build).
+# Environment: ROUNDS (default 2), BUILD (this tree's build dir, default build),
+# SAME_TOOL=1 (A's bench-kernels built from this tree's tools/bench-kernels.c, so both
+# sides measure alike and take the same options, e.g. --cpu-time, against A's kernels).
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 rev=HEAD~1
@@ -17,6 +19,7 @@ new="$root/${BUILD:-build}/tools/bench-kernels"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 git -C "$root" archive "$rev" | tar -x -C "$tmp"
+[ "${SAME_TOOL:-0}" = 1 ] && cp "$root/tools/bench-kernels.c" "$tmp/tools/bench-kernels.c"
 # the old tree's tokenizer fixtures need the npm packages; a bench build does not
 [ -d "$root/tools/npm/node_modules" ] && ln -s "$root/tools/npm/node_modules" "$tmp/tools/npm/node_modules"
 meson setup "$tmp/build" "$tmp" >"$tmp/setup.log" 2>&1 ||

@@ -15,14 +15,21 @@
  * rate is the ratio's denominator: on a shared machine the two then see the
  * same load.
  *
- *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]
+ *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N] [--cpu-time]
+ *
+ * --cpu-time: one-thread calls are also timed in the calling thread's CPU time (an extra
+ * "cpu ms" column and the multiply-add rate from it), which time slicing on a loaded
+ * machine does not inflate: the figure to compare kernel code by when the machine is
+ * shared (it still shares caches and a core's other hyperthread).
  */
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -360,8 +367,17 @@ static void read_once(struct ctx *c, const struct shape *s, dsv4_pool *pool)
 }
 
 struct timing {
-    double call_s, read_s; /* medians */
+    double call_s, read_s, cpu_s; /* medians (cpu_s: thread CPU time of the call, 1 thread) */
 };
+
+static bool cpu_time;
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* kernel calls alternating with plain reads of as many bytes, ≥ 5 pairs and
  * ≥ 0.4 s; medians of both */
@@ -369,21 +385,24 @@ static struct timing time_calls(struct ctx *c, const struct shape *s, dsv4_pool 
                                 dsv4_pool *read_pool, const struct dsv4_kernel_ops *ops,
                                 const float *x, size_t nx, float *y)
 {
-    static uint64_t t[2048], r[2048];
+    static uint64_t t[2048], r[2048], u[2048];
     int n = 0;
     call_once(c, s, pool, ops, x, nx, y); /* warm-up */
     uint64_t start = dsv4_now_ns();
     while (n < (int)DSV4_ARRAY_SIZE(t) && (n < 5 || dsv4_now_ns() - start < 400000000ull)) {
         uint64_t t0 = dsv4_now_ns();
         read_once(c, s, read_pool);
-        uint64_t t1 = dsv4_now_ns();
+        uint64_t t1 = dsv4_now_ns(), c1 = thread_cpu_ns();
         call_once(c, s, pool, ops, x, nx, y);
+        u[n] = thread_cpu_ns() - c1;
         r[n] = t1 - t0;
         t[n++] = dsv4_now_ns() - t1;
     }
     qsort(t, (size_t)n, sizeof t[0], cmp_u64);
     qsort(r, (size_t)n, sizeof r[0], cmp_u64);
-    return (struct timing){(double)t[n / 2] * 1e-9, (double)r[n / 2] * 1e-9};
+    qsort(u, (size_t)n, sizeof u[0], cmp_u64);
+    return (struct timing){(double)t[n / 2] * 1e-9, (double)r[n / 2] * 1e-9,
+                           pool ? 0.0 : (double)u[n / 2] * 1e-9};
 }
 
 static void hardware_line(int threads)
@@ -424,6 +443,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--nx") && i + 1 < argc) {
             nx = strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--cpu-time")) {
+            cpu_time = true;
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
             const char *list = argv[++i];
             for (int k = 0; k < _DSV4_ISA_MAX; k++) {
@@ -432,7 +453,8 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr,
-                    "usage: %s [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]\n",
+                    "usage: %s [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512] [--nx N]"
+                    " [--cpu-time]\n",
                     argv[0]);
             return 2;
         }
@@ -490,8 +512,11 @@ int main(int argc, char **argv)
            " conditions); of ceiling = GB/s\nover the read ceiling above; GMAC/s = rows·cols·nx"
            " per second, of peak = over the FMA peak\n\n",
            nx);
-    printf("| shape | isa | threads | ms | GB/s | of read | of ceiling | GMAC/s | of peak |\n");
-    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    if (cpu_time)
+        printf("cpu ms = the one-thread call's median thread CPU time; cpu GMAC/s from it\n\n");
+    printf("| shape | isa | threads | ms | GB/s | of read | of ceiling | GMAC/s | of peak |%s\n",
+           cpu_time ? " cpu ms | cpu GMAC/s |" : "");
+    printf("|---|---|---:|---:|---:|---:|---:|---:|---:|%s\n", cpu_time ? "---:|---:|" : "");
     for (size_t si = 0; si < DSV4_ARRAY_SIZE(shapes); si++) {
         const struct shape *s = &shapes[si];
         const double bytes = (double)(weight_bytes(s) + scale_bytes(s));
@@ -510,9 +535,14 @@ int main(int argc, char **argv)
                 const double g = bytes / t.call_s * 1e-9, r = bytes / t.read_s * 1e-9;
                 const double m = macs / t.call_s * 1e-9, ceil = pass ? bwn : bw1;
                 const double peak = pass ? pkn : pk1;
-                printf("| %s | %s | %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", s->name,
+                printf("| %s | %s | %d | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |", s->name,
                        ops->name, thr, t.call_s * 1e3, g, g / r, g / ceil, m,
                        peak > 0 ? m / peak : 0.0);
+                if (cpu_time && t.cpu_s > 0)
+                    printf(" %.3f | %.2f |", t.cpu_s * 1e3, macs / t.cpu_s * 1e-9);
+                else if (cpu_time)
+                    printf(" | |");
+                printf("\n");
                 fflush(stdout);
             }
         }
