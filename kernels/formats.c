@@ -188,3 +188,140 @@ void dsv4_fp4_qdq(float *x, size_t n, size_t block)
         }
     }
 }
+
+/*
+ * Compact forms of fake-quantised values (session state). A block that dsv4_fp8_qdq (resp.
+ * dsv4_fp4_qdq) produced is q_i · 2^e with E4M3 (E2M1) q_i; the pack picks the smallest
+ * exponent e' with max|x| ≤ 448 · 2^e' (6 · 2^e'), so e' ≤ e and every x_i / 2^e' =
+ * q_i · 2^(e−e') stays a code of the format (both formats are closed under doubling below
+ * their maximum). It is computed from the values alone, so no assumption about how the
+ * producer rounded its own scale enters, and x_i = code_i · 2^e' holds exactly: the unpack is
+ * the same fp32 number, bit for bit. The exponent is kept as an E8M0 byte (e' + 127, clamped
+ * to [1, 254]: a smaller e' is still valid); a block holding a NaN (the fake-quant turns any
+ * non-finite block into NaNs) gets scale byte 0xFF and unpacks to NaNs.
+ */
+static uint8_t pack_scale(float amax, int top_exp, float top_mant)
+{
+    /* smallest e' with amax ≤ top_mant · 2^(top_exp + e') */
+    if (amax == 0.0f)
+        return 127;
+    int k = dsv4_ceil_log2(amax);   /* amax ≤ 2^k */
+    /* amax in (2^(k-1), 2^k]: ≤ top_mant · 2^(top_exp + e') with e' = k − 1 − top_exp when
+       amax ≤ top_mant · 2^(k − 1), else k − top_exp */
+    int e = k - 1 - top_exp;
+    float lim = top_mant * exp2i(k - 1);
+    if (!(amax <= lim))
+        e++;
+    if (e < -126)
+        e = -126;
+    if (e > 127)
+        e = 127;
+    return (uint8_t)(e + 127);
+}
+
+static float unpack_scale(uint8_t b)
+{
+    return b == 0xFF ? NAN : dsv4_f32_from_bits((uint32_t)b << 23);
+}
+
+void dsv4_fp8_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8_t *scales)
+{
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
+        size_t m = n - b0 < block ? n - b0 : block;
+        float amax = block_amax(x + b0, m);
+        if (isnan(amax)) {
+            memset(codes + b0, 0x7F, m);
+            scales[k] = 0xFF;
+            continue;
+        }
+        scales[k] = pack_scale(amax, 8, 1.75f);     /* 448 = 1.75 · 2^8 */
+        float inv = exp2i(127 - (int)scales[k]);
+        for (size_t i = 0; i < m; i++)
+            codes[b0 + i] = dsv4_f32_to_e4m3(x[b0 + i] * inv);
+    }
+}
+
+/* The unpack runs in the attention's inner loop: let GCC vectorise it at -O2. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define UNPACK_FAST __attribute__((optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define UNPACK_FAST
+#endif
+
+UNPACK_FAST void dsv4_fp8_unpack(const uint8_t *codes, const uint8_t *scales, size_t n, size_t block,
+                     float *x)
+{
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
+        size_t m = n - b0 < block ? n - b0 : block;
+        float s = unpack_scale(scales[k]);
+        const uint8_t *cb = codes + b0;
+        float *xb = x + b0;
+        for (size_t i = 0; i < m; i++) {
+            /* dsv4_e4m3_to_f32 (same bits) without branches (so the loop vectorises) and
+               without subnormal operands: normal codes are the fp32 bits with the exponent
+               rebiased, subnormal ones (mag < 8) mag · 2^-9, 0x7F NaN */
+            uint32_t b = cb[i], mag = b & 0x7Fu, sign = (b & 0x80u) << 24;
+            uint32_t sub = 0u - (uint32_t)(mag < 8), nan = 0u - (uint32_t)(mag == 0x7Fu);
+            uint32_t u = ((mag << 20) + (120u << 23)) & ~sub;
+            u |= dsv4_bits_from_f32((float)(int32_t)mag * 0x1p-9f) & sub;
+            u = ((sign | u) & ~nan) | (0x7FC00000u & nan);  /* NaN as the decoder's: + */
+            xb[i] = dsv4_f32_from_bits(u) * s;
+        }
+    }
+}
+
+void dsv4_fp4_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8_t *scales)
+{
+    memset(codes, 0, (n + 1) / 2);
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
+        size_t m = n - b0 < block ? n - b0 : block;
+        float amax = block_amax(x + b0, m);
+        if (isnan(amax)) {
+            scales[k] = 0xFF;
+            continue;
+        }
+        scales[k] = pack_scale(amax, 2, 1.5f);      /* 6 = 1.5 · 2^2 */
+        float inv = exp2i(127 - (int)scales[k]);
+        for (size_t i = b0; i < b0 + m; i++)
+            codes[i / 2] |= (uint8_t)(dsv4_f32_to_e2m1(x[i] * inv) << (4 * (i & 1)));
+    }
+}
+
+/* dsv4_e2m1_to_f32 (same bits) without a table or branches (so loops vectorise) and without
+ * subnormal operands (they cost a microcode assist each): magnitudes 2..7 are the fp32 bits
+ * with the exponent rebiased, 0 and 1 are 0 and 0.5; the sign goes to bit 31. */
+static inline float e2m1_bits(uint32_t code)
+{
+    uint32_t mag = code & 7u, small = 0u - (uint32_t)(mag < 2);
+    uint32_t u = ((mag << 22) + (126u << 23)) & ~small;
+    u |= (mag ? 0x3F000000u : 0u) & small;
+    return dsv4_f32_from_bits(((code & 8u) << 28) | u);
+}
+
+UNPACK_FAST void dsv4_fp4_unpack(const uint8_t *codes, const uint8_t *scales, size_t n,
+                                 size_t block, float *x)
+{
+    for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
+        size_t i = b0, end = n - b0 < block ? n : b0 + block;
+        float s = unpack_scale(scales[k]);
+        if (i % 2 && i < end) {     /* an odd block size: the pairs start one later */
+            x[i] = e2m1_bits((uint32_t)codes[i / 2] >> 4) * s;
+            i++;
+        }
+        const uint8_t *cb = codes + i / 2;
+        float *xb = x + i;
+        size_t np = (end - i) / 2;
+        for (size_t j = 0; j < np; j++) {
+            xb[2 * j] = e2m1_bits(cb[j] & 15u) * s;
+            xb[2 * j + 1] = e2m1_bits((uint32_t)cb[j] >> 4) * s;
+        }
+        if ((end - i) % 2)
+            x[end - 1] = e2m1_bits(codes[(end - 1) / 2] & 15u) * s;
+    }
+}
+
+UNPACK_FAST void dsv4_bf16_unpack(const uint16_t *h, size_t n, float *x)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = dsv4_f32_from_bits((uint32_t)h[i] << 16);
+}
