@@ -287,36 +287,42 @@ void dsv4_fp4_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8
     }
 }
 
-/* dsv4_e2m1_to_f32 (same bits) without a table or branches (so loops vectorise) and without
- * subnormal operands (they cost a microcode assist each): magnitudes 2..7 are the fp32 bits
- * with the exponent rebiased, 0 and 1 are 0 and 0.5; the sign goes to bit 31. */
-static inline float e2m1_bits(uint32_t code)
+/* Both E2M1 values of a code byte (low nibble first): dsv4_e2m1_to_f32's bits, -0 included. */
+#define E2M1_ABS(m)                                                                          \
+    ((m) == 0 ? 0.0f : (m) == 1 ? 0.5f : (m) == 2 ? 1.0f : (m) == 3 ? 1.5f : (m) == 4 ? 2.0f \
+     : (m) == 5 ? 3.0f : (m) == 6 ? 4.0f : 6.0f)
+#define E2M1_V(c) (((c) & 8) ? -E2M1_ABS((c) & 7) : E2M1_ABS((c) & 7))
+#define E2M1_P(b) { E2M1_V((b) & 15), E2M1_V((b) >> 4) }
+#define E2M1_R(h) E2M1_P(16 * (h) + 0), E2M1_P(16 * (h) + 1), E2M1_P(16 * (h) + 2),             \
+    E2M1_P(16 * (h) + 3), E2M1_P(16 * (h) + 4), E2M1_P(16 * (h) + 5), E2M1_P(16 * (h) + 6),    \
+    E2M1_P(16 * (h) + 7), E2M1_P(16 * (h) + 8), E2M1_P(16 * (h) + 9), E2M1_P(16 * (h) + 10),   \
+    E2M1_P(16 * (h) + 11), E2M1_P(16 * (h) + 12), E2M1_P(16 * (h) + 13), E2M1_P(16 * (h) + 14), \
+    E2M1_P(16 * (h) + 15)
+static const float e2m1_pairs[256][2] = {
+    E2M1_R(0), E2M1_R(1), E2M1_R(2), E2M1_R(3), E2M1_R(4), E2M1_R(5), E2M1_R(6), E2M1_R(7),
+    E2M1_R(8), E2M1_R(9), E2M1_R(10), E2M1_R(11), E2M1_R(12), E2M1_R(13), E2M1_R(14), E2M1_R(15),
+};
+
+static UNPACK_FAST void scale_vec(float *x, size_t n, float s)
 {
-    uint32_t mag = code & 7u, small = 0u - (uint32_t)(mag < 2);
-    uint32_t u = ((mag << 22) + (126u << 23)) & ~small;
-    u |= (mag ? 0x3F000000u : 0u) & small;
-    return dsv4_f32_from_bits(((code & 8u) << 28) | u);
+    for (size_t i = 0; i < n; i++)
+        x[i] *= s;
 }
 
-UNPACK_FAST void dsv4_fp4_unpack(const uint8_t *codes, const uint8_t *scales, size_t n,
-                                 size_t block, float *x)
+void dsv4_fp4_unpack(const uint8_t *codes, const uint8_t *scales, size_t n, size_t block,
+                     float *x)
 {
     for (size_t b0 = 0, k = 0; b0 < n; b0 += block, k++) {
         size_t i = b0, end = n - b0 < block ? n : b0 + block;
-        float s = unpack_scale(scales[k]);
         if (i % 2 && i < end) {     /* an odd block size: the pairs start one later */
-            x[i] = e2m1_bits((uint32_t)codes[i / 2] >> 4) * s;
+            x[i] = e2m1_pairs[codes[i / 2]][1];
             i++;
         }
-        const uint8_t *cb = codes + i / 2;
-        float *xb = x + i;
-        size_t np = (end - i) / 2;
-        for (size_t j = 0; j < np; j++) {
-            xb[2 * j] = e2m1_bits(cb[j] & 15u) * s;
-            xb[2 * j + 1] = e2m1_bits((uint32_t)cb[j] >> 4) * s;
-        }
-        if ((end - i) % 2)
-            x[end - 1] = e2m1_bits(codes[(end - 1) / 2] & 15u) * s;
+        for (; i + 1 < end; i += 2)
+            memcpy(x + i, e2m1_pairs[codes[i / 2]], 2 * sizeof(float));
+        if (i < end)
+            x[i] = e2m1_pairs[codes[i / 2]][0];
+        scale_vec(x + b0, end - b0, unpack_scale(scales[k]));
     }
 }
 
