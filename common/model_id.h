@@ -17,7 +17,7 @@
 
 /* Bump when the session state's layout or the numerics of any stored value change: every
  * cached state of an older engine becomes a foreign model's. */
-#define DSV4_ENGINE_STATE_FORMAT 1
+#define DSV4_ENGINE_STATE_FORMAT 2
 
 /* id of the model in `model_dir` whose checkpoint is open as `ck` (NULL: opened here). */
 int dsv4_model_id(const char *model_dir, const dsv4_checkpoint *ck, uint8_t id[DSV4_SHA256_LEN],

@@ -17,18 +17,19 @@ void dsv4_layer_layout(const struct dsv4_config *c, const struct dsv4_session_la
 {
     *out = (struct dsv4_layer_layout){ 0 };
     int D = c->head_dim, slack = DSV4_MAX(L->chunk, L->max_rollback);
-    out->ring = (uint64_t)L->ring_cap * D;
+    uint64_t kvb = dsv4_kv_row_bytes(c), f = sizeof(float);
+    out->ring = (uint64_t)L->ring_cap * kvb;
     enum dsv4_attn_kind k = c->layer_kind[l];
     if (k == DSV4_ATTN_WINDOW)
         return;
     int r = c->compress_ratios[l], coff = coff_of(r);
     out->max_rows = (int)(L->max_ctx / r);
     out->cin_cap = coff * r + slack;
-    out->cin = (uint64_t)out->cin_cap * 2 * coff * D;
-    out->rows = (uint64_t)out->max_rows * D;
+    out->cin = (uint64_t)out->cin_cap * 2 * coff * D * f;
+    out->rows = (uint64_t)out->max_rows * kvb;
     if (k == DSV4_ATTN_CSA) {
-        out->icin = (uint64_t)out->cin_cap * 2 * coff * c->index_head_dim;
-        out->irows = (uint64_t)out->max_rows * c->index_head_dim;
+        out->icin = (uint64_t)out->cin_cap * 2 * coff * c->index_head_dim * f;
+        out->irows = (uint64_t)out->max_rows * dsv4_ikey_row_bytes(c);
     }
 }
 
@@ -52,7 +53,7 @@ int dsv4_session_layout(const struct dsv4_config *c, int64_t max_ctx, int chunk,
                          L->max_rollback, DSV4_MAX_CHUNK);
     L->ring_cap = c->window + DSV4_MAX(L->chunk, L->max_rollback);
     L->max_ratio = L->max_c = L->max_csa_rows = L->max_visible = 1;
-    uint64_t st = 0, f = sizeof(float);
+    uint64_t st = 0, f = 1;     /* the layer layout counts bytes */
     for (int l = 0; l < c->n_layers; l++) {
         struct dsv4_layer_layout ll;
         dsv4_layer_layout(c, L, l, &ll);

@@ -28,7 +28,34 @@ struct dsv4_session_layout {
     uint64_t state_bytes, scratch_bytes;    /* what dsv4_session_new allocates */
 };
 
-/* One layer's state arrays, in floats (0 = the layer has none). */
+/*
+ * The stored forms of the session state (docs/numerics.md "Session state"): values the
+ * reference has already rounded are kept in that rounded form, so decoding is exact.
+ *   KV row (a raw ring slot, a compressed row): rope_head_dim bf16, then the head_dim −
+ *     rope_head_dim "nope" dims as E4M3 codes with one E8M0 scale byte per
+ *     DSV4_KV_FP8_BLOCK (their FP8 QDQ), padded to an even byte count;
+ *   indexer key (CSA): index_head_dim E2M1 codes, two per byte, with one E8M0 scale byte
+ *     per DSV4_IDX_FP4_BLOCK (their FP4 QDQ after the Hadamard rotation);
+ *   compressor inputs: fp32 (unrounded projections and score + ape sums).
+ */
+#define DSV4_KV_FP8_BLOCK 64
+#define DSV4_IDX_FP4_BLOCK 32
+
+static inline uint64_t dsv4_kv_row_bytes(const struct dsv4_config *c)
+{
+    uint64_t nope = (uint64_t)(c->head_dim - c->rope_head_dim);
+    uint64_t b = 2 * (uint64_t)c->rope_head_dim + nope +
+                 (nope + DSV4_KV_FP8_BLOCK - 1) / DSV4_KV_FP8_BLOCK;
+    return (b + 1) & ~(uint64_t)1;
+}
+
+static inline uint64_t dsv4_ikey_row_bytes(const struct dsv4_config *c)
+{
+    uint64_t d = (uint64_t)c->index_head_dim;
+    return (d + 1) / 2 + (d + DSV4_IDX_FP4_BLOCK - 1) / DSV4_IDX_FP4_BLOCK;
+}
+
+/* One layer's state arrays, in bytes (0 = the layer has none). */
 struct dsv4_layer_layout {
     int max_rows, cin_cap;
     uint64_t ring, cin, rows, icin, irows;
@@ -59,9 +86,10 @@ struct dsv4_layer_layout {
     X(iscore, float, (uint64_t)2 * L->max_csa_rows)           /* (score, index) pairs */      \
     X(sel, int, (uint64_t)L->chunk * L->max_visible)          /* visible compressed rows */   \
     X(nsel, int, (uint64_t)L->chunk)                                                          \
-    X(vis, const float *, (uint64_t)L->chunk * (L->max_visible + L->ring_cap)) /* per query */ \
+    X(vis, const void *, (uint64_t)L->chunk * (L->max_visible + L->ring_cap)) /* per query */ \
     X(nvis, int, (uint64_t)L->chunk)                                                          \
-    X(attn_tmp, float, (uint64_t)L->n_workers * (3 * (uint64_t)c->head_dim + 64)) /* per worker */ \
+    X(attn_tmp, float, (uint64_t)L->n_workers * DSV4_ATTN_TMP(c)) /* per worker */           \
+    X(krow, float, 2 * (uint64_t)DSV4_MAX(c->head_dim, c->index_head_dim)) /* row, check */   \
     X(rlogit, float, (uint64_t)L->chunk * c->n_routed_experts) /* [n][n_routed] */            \
     X(rsel, int, (uint64_t)L->chunk * c->n_activated_experts)  /* routed experts per row */   \
     X(rw, float, (uint64_t)L->chunk * c->n_activated_experts)  /* their weights */            \
@@ -78,6 +106,12 @@ struct dsv4_layer_layout {
     X(rtok, int32_t, (uint64_t)L->chunk)                      /* each row's token */
 
 struct dsv4_expert_weights;
+
+/* Floats of one attention worker's scratch (attention.c attend_heads): the P·V sums (D
+ * doubles), the scores of a block of 64, the block's 64 unpacked KV rows (64 × D) and, per
+ * head, the accumulator (D), running maximum and denominator. */
+#define DSV4_ATTN_TMP(c)                                                                     \
+    ((2 + 64) * (uint64_t)(c)->head_dim + 64 + (uint64_t)(c)->n_heads * ((c)->head_dim + 2))
 
 /*
  * Fill *L for config c and the options (0 = default); -EINVAL naming the option when one is

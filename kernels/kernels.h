@@ -32,6 +32,21 @@ int dsv4_ceil_log2(float v);                /* for positive normal v, exact (spe
 void dsv4_fp8_qdq(float *x, size_t n, size_t block);
 void dsv4_fp4_qdq(float *x, size_t n, size_t block);
 
+/* ---- compact forms of fake-quantised blocks (the session state) ----
+ * Pack: x holds blocks of `block` values, each E4M3 (resp. E2M1) codes times a power of two
+ * (what dsv4_fp8_qdq / dsv4_fp4_qdq return, NaN blocks included); writes the codes (FP8: one
+ * byte each; FP4: two per byte, low nibble = even index, ceil(n/2) bytes) and one E8M0 scale
+ * byte per block. Unpack gives x back bit for bit (formats.c says why). Values of any other
+ * form do not round-trip: callers that cannot be sure compare. */
+void dsv4_fp8_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8_t *scales);
+void dsv4_fp8_unpack(const uint8_t *codes, const uint8_t *scales, size_t n, size_t block,
+                     float *x);
+void dsv4_fp4_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8_t *scales);
+void dsv4_fp4_unpack(const uint8_t *codes, const uint8_t *scales, size_t n, size_t block,
+                     float *x);
+/* x[i] = dsv4_bf16_to_f32(h[i]), vectorised */
+void dsv4_bf16_unpack(const uint16_t *h, size_t n, float *x);
+
 /* ---- weights in native format ---- */
 struct dsv4_fp8_weight {
     const uint8_t *w;       /* [rows][cols] E4M3 */

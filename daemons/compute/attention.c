@@ -31,59 +31,84 @@ struct attn_job {
 };
 
 /*
- * One (query row, head): online softmax over the index list in blocks of 64
- * entries (NULL = empty slot). P is rounded to bf16 against the running
- * maximum of its block (errata 4) for P·V, the denominator keeps the fp32
- * values, and the sink joins the denominator at the end. Block sums are
- * carried in double and rounded once, like the reference's.
+ * Heads h0..h1-1 of query row r: online softmax over the index list in blocks of 64 entries
+ * (NULL = empty slot). P is rounded to bf16 against the running maximum of its block
+ * (errata 4) for P·V, the denominator keeps the fp32 values, and the sink joins the
+ * denominator at the end. Block sums are carried in double and rounded once, like the
+ * reference's. Every head's arithmetic is its own (the heads of a row only share the list),
+ * so the result does not depend on how heads are grouped. Packed rows (the session state,
+ * s->vis_packed) are unpacked once per block for all the group's heads: the same fp32 rows,
+ * bit for bit.
  */
-static void attend_one(dsv4_session *s, int r, int h, const float *sink, float *tmp)
+static void attend_heads(dsv4_session *s, int r, int h0, int h1, const float *sink, float *tmp)
 {
     const struct dsv4_config *c = &s->e->cfg;
-    int D = c->head_dim, nv = s->s.nvis[r];
-    const float *q = s->s.q + ((size_t)r * c->n_heads + h) * D;
-    const float **vis = s->s.vis + (size_t)r * vis_stride(s);
+    int D = c->head_dim, nv = s->s.nvis[r], nh = h1 - h0;
+    const void **vis = s->s.vis + (size_t)r * vis_stride(s);
     double *pv = (double *)(void *)tmp;
-    float *acc = tmp + 2 * D, *sc = tmp + 3 * D;
+    float *sc = tmp + 2 * D, *blk = sc + 64, *acc = blk + (size_t)64 * D;
+    float *m = acc + (size_t)nh * D, *l = m + nh;
+    const float *kr[64];
     float scale = (float)c->attn_scale;
-    memset(acc, 0, (size_t)D * sizeof(float));
-    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, (size_t)nh * D * sizeof(float));
+    for (int i = 0; i < nh; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
     for (int b0 = 0; b0 < nv; b0 += 64) {
         int b1 = DSV4_MIN(nv, b0 + 64);
-        float bm = m;
         for (int j = b0; j < b1; j++) {
-            if (!vis[j]) {
-                sc[j - b0] = -INFINITY;
-                continue;
+            const float *k = vis[j];
+            if (k && s->vis_packed) {
+                kv_row_unpack(c, vis[j], blk + (size_t)(j - b0) * D);
+                k = blk + (size_t)(j - b0) * D;
             }
-            sc[j - b0] = (float)dot_f64(q, vis[j], D) * scale;
-            bm = fmaxf(bm, sc[j - b0]);
+            kr[j - b0] = k;
         }
-        if (bm == -INFINITY)
-            continue;
-        float alpha = (float)exp((double)(m - bm));
-        double bsum = 0.0;
-        memset(pv, 0, (size_t)D * sizeof(double));
-        for (int j = b0; j < b1; j++) {
-            if (!vis[j])
+        for (int hi = 0; hi < nh; hi++) {
+            const float *q = s->s.q + ((size_t)r * c->n_heads + h0 + hi) * D;
+            float *ah = acc + (size_t)hi * D;
+            float bm = m[hi];
+            for (int j = 0; j < b1 - b0; j++) {
+                if (!kr[j]) {
+                    sc[j] = -INFINITY;
+                    continue;
+                }
+                sc[j] = (float)dot_f64(q, kr[j], D) * scale;
+                bm = fmaxf(bm, sc[j]);
+            }
+            if (bm == -INFINITY)
                 continue;
-            float p = (float)exp((double)(sc[j - b0] - bm));
-            bsum += p;
-            double pb = dsv4_bf16_round(p);
+            float alpha = (float)exp((double)(m[hi] - bm));
+            double bsum = 0.0;
+            memset(pv, 0, (size_t)D * sizeof(double));
+            for (int j = 0; j < b1 - b0; j++) {
+                const float *kv = kr[j];
+                if (!kv)
+                    continue;
+                float p = (float)exp((double)(sc[j] - bm));
+                bsum += p;
+                double pb = dsv4_bf16_round(p);
+                for (int k = 0; k < D; k++)
+                    pv[k] += pb * kv[k];
+            }
+            l[hi] = l[hi] * alpha + (float)bsum;
             for (int k = 0; k < D; k++)
-                pv[k] += pb * vis[j][k];
+                ah[k] = ah[k] * alpha + (float)pv[k];
+            m[hi] = bm;
         }
-        l = l * alpha + (float)bsum;
-        for (int k = 0; k < D; k++)
-            acc[k] = acc[k] * alpha + (float)pv[k];
-        m = bm;
     }
-    float den = l + (float)exp((double)(sink[h] - m));
-    float *o = s->s.o + ((size_t)r * c->n_heads + h) * D;
-    for (int k = 0; k < D; k++)
-        o[k] = dsv4_bf16_round(acc[k] / den);
+    for (int hi = 0; hi < nh; hi++) {
+        int h = h0 + hi;
+        float den = l[hi] + (float)exp((double)(sink[h] - m[hi]));
+        float *o = s->s.o + ((size_t)r * c->n_heads + h) * D;
+        const float *ah = acc + (size_t)hi * D;
+        for (int k = 0; k < D; k++)
+            o[k] = dsv4_bf16_round(ah[k] / den);
+    }
 }
 
+/* A worker's share of the (row, head) pairs, the heads of one row taken together. */
 static void attn_worker(void *ctx, int worker, int n_workers)
 {
     const struct attn_job *j = ctx;
@@ -91,9 +116,13 @@ static void attn_worker(void *ctx, int worker, int n_workers)
     int H = s->e->cfg.n_heads;
     unsigned long b, en;
     dsv4_pool_split((unsigned long)j->n * H, 1, worker, n_workers, &b, &en);
-    float *tmp = s->s.attn_tmp + (size_t)worker * (3 * s->e->cfg.head_dim + 64);
-    for (unsigned long i = b; i < en; i++)
-        attend_one(s, (int)(i / H), (int)(i % H), j->sink, tmp);
+    float *tmp = s->s.attn_tmp + (size_t)worker * DSV4_ATTN_TMP(&s->e->cfg);
+    for (unsigned long i = b; i < en;) {
+        int r = (int)(i / H), h0 = (int)(i % H);
+        int h1 = (int)DSV4_MIN((unsigned long)H, h0 + (en - i));
+        attend_heads(s, r, h0, h1, j->sink, tmp);
+        i += (unsigned long)(h1 - h0);
+    }
 }
 
 /*
@@ -107,19 +136,20 @@ static void build_visible(dsv4_session *bs, const dsv4_session *st_s, int layer,
     const struct dsv4_config *c = &bs->e->cfg;
     const struct layer_w *lw = &bs->e->layers[layer];
     const struct layer_state *st = &st_s->ls[layer];
-    const float **vis = bs->s.vis + (size_t)r * vis_stride(bs);
-    int nv = 0, D = c->head_dim;
+    const void **vis = bs->s.vis + (size_t)r * vis_stride(bs);
+    int nv = 0;
+    size_t rb = dsv4_kv_row_bytes(c);
     int64_t p0 = t - c->window + 1 < 0 ? 0 : t - c->window + 1;
     for (int64_t p = p0; p < p0 + c->window; p++)
-        vis[nv++] = p <= t ? st->ring + (size_t)(p % st_s->ring_cap) * D : NULL;
+        vis[nv++] = p <= t ? st->ring + (size_t)(p % st_s->ring_cap) * rb : NULL;
     if (lw->kind == DSV4_ATTN_HCA) {
         int64_t nrow = (t + 1) / lw->ratio;
         for (int64_t w = 0; w < nrow; w++)
-            vis[nv++] = st->rows + (size_t)w * D;
+            vis[nv++] = st->rows + (size_t)w * rb;
     } else if (lw->kind == DSV4_ATTN_CSA) {
         const int *sel = bs->s.sel + (size_t)r * bs->max_visible;
         for (int i = 0; i < bs->s.nsel[r]; i++)
-            vis[nv++] = sel[i] < 0 ? NULL : st->rows + (size_t)sel[i] * D;
+            vis[nv++] = sel[i] < 0 ? NULL : st->rows + (size_t)sel[i] * rb;
     }
     bs->s.nvis[r] = nv;
 }
@@ -204,19 +234,20 @@ void attention_layer(dsv4_session *bs, const struct step_seg *seg, int n_seg, in
     /* the projections run over every row of every session at once (weights read once) */
     project_q(bs, lw, rope, a, n);
     attention_kv_rows(bs, lw, rope, a, n, sc->kv);
+    size_t rb = dsv4_kv_row_bytes(c);
     for (int i = 0; i < n_seg; i++) {
         const struct step_seg *g = &seg[i];
         struct layer_state *st = &g->s->ls[layer];
         for (int r = 0; r < g->n; r++)
-            memcpy(st->ring + (size_t)((g->pos0 + r) % g->s->ring_cap) * D,
-                   sc->kv + (size_t)(g->r0 + r) * D, (size_t)D * sizeof(float));
+            kv_row_pack(c, sc->kv + (size_t)(g->r0 + r) * D,
+                        st->ring + (size_t)((g->pos0 + r) % g->s->ring_cap) * rb, sc->krow);
     }
     if (lw->kind == DSV4_ATTN_CSA) {
         compressor_project(bs, &lw->icomp, a, n);
         for (int i = 0; i < n_seg; i++) {
             struct layer_state *st = &seg[i].s->ls[layer];
-            compressor_absorb(bs, &seg[i], &lw->icomp, st->icin, st->cin_cap, st->irows,
-                              c->index_head_dim, true, n, rope);
+            compressor_absorb(bs, &seg[i], &lw->icomp, st->icin, st->cin_cap, st->irows, true, n,
+                              rope);
         }
         indexer_project(bs, layer, a, sc->qr, n);
         for (int i = 0; i < n_seg; i++)
@@ -226,13 +257,14 @@ void attention_layer(dsv4_session *bs, const struct step_seg *seg, int n_seg, in
         compressor_project(bs, &lw->comp, a, n);
         for (int i = 0; i < n_seg; i++) {
             struct layer_state *st = &seg[i].s->ls[layer];
-            compressor_absorb(bs, &seg[i], &lw->comp, st->cin, st->cin_cap, st->rows, D, false,
-                              n, rope);
+            compressor_absorb(bs, &seg[i], &lw->comp, st->cin, st->cin_cap, st->rows, false, n,
+                              rope);
         }
     }
     for (int i = 0; i < n_seg; i++)
         for (int r = 0; r < seg[i].n; r++)
             build_visible(bs, seg[i].s, layer, seg[i].r0 + r, seg[i].pos0 + r);
+    bs->vis_packed = true;
     attend_output(bs, lw, rope, n, out);
 }
 
@@ -248,7 +280,7 @@ void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ri
     attention_kv_rows(s, lw, &e->rope_plain, a, n, sc->kv);
     /* every block query sees the committed ring slots in slot order, then the whole block */
     for (int r = 0; r < n; r++) {
-        const float **vis = sc->vis + (size_t)r * vis_stride(s);
+        const void **vis = sc->vis + (size_t)r * vis_stride(s);
         int nv = 0;
         for (int j = 0; j < nctx; j++)
             vis[nv++] = ring + (size_t)j * D;
@@ -256,5 +288,6 @@ void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ri
             vis[nv++] = sc->kv + (size_t)j * D;
         sc->nvis[r] = nv;
     }
+    s->vis_packed = false;
     attend_output(s, lw, &e->rope_plain, n, out);
 }

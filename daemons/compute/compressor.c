@@ -12,13 +12,14 @@
 
 #include "internal.h"
 
-/* Pool window w: softmax over slots per channel, then bf16, norm, rope, QDQ. */
+/* Pool window w: softmax over slots per channel, then bf16, norm, rope, QDQ; stored packed. */
 static void pool_window(dsv4_session *bs, const struct compressor_w *cw, const float *cin,
-                        int cin_cap, int64_t w, float *row, bool indexer,
+                        int cin_cap, int64_t w, uint8_t *dst, bool indexer,
                         const struct rope_table *rope)
 {
     const struct dsv4_config *c = &bs->e->cfg;
-    float *tmp = bs->s.pooltmp;
+    float *tmp = bs->s.pooltmp, *row = bs->s.krow;
+    float *check = row + DSV4_MAX(c->head_dim, c->index_head_dim);
     int r = cw->ratio, cc = cw->c, width = cw->coff * cw->c;
     int nslot = cw->coff * r;
     /* slot j < r (overlap only): previous window, A half; else current window, B half */
@@ -60,9 +61,11 @@ static void pool_window(dsv4_session *bs, const struct compressor_w *cw, const f
     rope_apply(rope, R / 2, row + cc - R, w * r, false);
     if (indexer) {
         hadamard_inplace(row, cc);
-        dsv4_fp4_qdq(row, (size_t)cc, 32);
+        dsv4_fp4_qdq(row, (size_t)cc, DSV4_IDX_FP4_BLOCK);
+        ikey_pack(c, row, dst, check);
     } else {
-        dsv4_fp8_qdq(row, (size_t)(cc - R), 64);
+        dsv4_fp8_qdq(row, (size_t)(cc - R), DSV4_KV_FP8_BLOCK);
+        kv_row_pack(c, row, dst, check);
     }
 }
 
@@ -74,9 +77,11 @@ void compressor_project(dsv4_session *bs, const struct compressor_w *cw, const f
 }
 
 void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct compressor_w *cw,
-                       float *cin, int cin_cap, float *rows, int row_dim, bool indexer, int n,
+                       float *cin, int cin_cap, uint8_t *rows, bool indexer, int n,
                        const struct rope_table *rope)
 {
+    const struct dsv4_config *c = &bs->e->cfg;
+    size_t row_bytes = indexer ? dsv4_ikey_row_bytes(c) : dsv4_kv_row_bytes(c);
     int width = cw->coff * cw->c;
     const float *kvp = bs->s.cproj + (size_t)g->r0 * width;
     const float *sc = bs->s.cproj + ((size_t)n + g->r0) * width;
@@ -93,6 +98,6 @@ void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct 
         if ((t + 1) % cw->ratio != 0)
             continue;
         int64_t w = t / cw->ratio;
-        pool_window(bs, cw, cin, cin_cap, w, rows + (size_t)w * row_dim, indexer, rope);
+        pool_window(bs, cw, cin, cin_cap, w, rows + (size_t)w * row_bytes, indexer, rope);
     }
 }

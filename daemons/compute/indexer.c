@@ -55,6 +55,7 @@ void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
     const struct layer_state *st = &g->s->ls[layer];
     struct scratch *sc = &bs->s;
     int ih = c->index_n_heads, ihd = c->index_head_dim;
+    size_t ikb = dsv4_ikey_row_bytes(c);
 
     struct scored *tmp = (struct scored *)sc->iscore;
     for (int i = 0; i < g->n; i++) {
@@ -65,7 +66,8 @@ void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
         int *sel = sc->sel + (size_t)r * bs->max_visible;
         const float *wt = sc->wt + (size_t)r * ih;
         for (int w = 0; w < nrow; w++) {
-            const float *key = st->irows + (size_t)w * ihd;
+            const float *key = sc->krow;
+            ikey_unpack(c, st->irows + (size_t)w * ikb, sc->krow);
             double tot = 0.0;
             for (int h = 0; h < ih; h++) {
                 const float *q = sc->qi + ((size_t)r * ih + h) * ihd;

@@ -99,12 +99,13 @@ struct dsv4_engine {
 /* Router lookahead runs for decode-sized steps: rows × top-k at most this many ids. */
 #define LOOKAHEAD_IDS 64
 
+/* Stored forms: common/session_layout.h (KV rows and indexer keys packed, kvpack.c). */
 struct layer_state {
-    float *ring;        /* [ring_cap][head_dim] raw KV, slot = pos mod ring_cap */
+    uint8_t *ring;      /* [ring_cap] packed KV rows, slot = pos mod ring_cap */
     float *cin;         /* [cin_cap][2*coff*c] compressor inputs kvp | score(+ape) */
-    float *rows;        /* [max_rows][head_dim] compressed rows (row w at index w) */
+    uint8_t *rows;      /* [max_rows] packed KV rows: compressed rows (row w at index w) */
     float *icin;        /* CSA: [cin_cap][2*coff*ic] indexer compressor inputs */
-    float *irows;       /* CSA: [max_rows][index_head_dim] indexer keys */
+    uint8_t *irows;     /* CSA: [max_rows] packed indexer keys */
     int cin_cap, max_rows;
 };
 
@@ -120,6 +121,7 @@ struct dsv4_session {
     bool scratch_only;      /* holds scratch, no per-layer state (the step's, the drafter's) */
     int64_t pos, snap, max_ctx;
     int chunk, max_rollback, ring_cap, max_visible;
+    bool vis_packed;        /* a step holder: s.vis points at packed KV rows (else fp32) */
     uint64_t state_bytes, scratch_bytes;    /* allocated by dsv4_session_new */
     /* router lookahead for layer la_layer (-1: none): predicted ids per row, ascending */
     int la_layer, la_rows;
@@ -202,8 +204,17 @@ void attention_dspark(dsv4_session *s, const struct layer_w *lw, const float *ri
 void compressor_project(dsv4_session *bs, const struct compressor_w *cw, const float *a, int n);
 /* Segment g's rows into its compressor input ring; pool every window they complete. */
 void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct compressor_w *cw,
-                       float *cin, int cin_cap, float *rows, int row_dim, bool indexer, int n,
+                       float *cin, int cin_cap, uint8_t *rows, bool indexer, int n,
                        const struct rope_table *rope);
+
+/* ---- kvpack.c: the stored forms of KV rows and indexer keys (common/session_layout.h) ----
+ * Pack stores a row the engine produced (bf16 rope dims, FP8-QDQ'd nope dims; an indexer key
+ * FP4-QDQ'd) and checks (an assert, with `check` as room for one row) that it unpacks to the
+ * same bits; unpack restores the fp32 row. */
+void kv_row_pack(const struct dsv4_config *c, const float *row, uint8_t *dst, float *check);
+void kv_row_unpack(const struct dsv4_config *c, const uint8_t *src, float *row);
+void ikey_pack(const struct dsv4_config *c, const float *key, uint8_t *dst, float *check);
+void ikey_unpack(const struct dsv4_config *c, const uint8_t *src, float *key);
 /* Indexer queries and head weights of the step's n rows (bs->s.qi, bs->s.wt). */
 void indexer_project(dsv4_session *bs, int layer, const float *a, const float *qr, int n);
 /* Segment g's rows: top-k compressed rows of its session into bs->s.sel / nsel. */

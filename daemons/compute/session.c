@@ -51,14 +51,14 @@ static int session_new(dsv4_engine *e, const struct dsv4_session_opts *opts, boo
         dsv4_layer_layout(c, L, l, &ll);
         st->max_rows = ll.max_rows;
         st->cin_cap = ll.cin_cap;
-        st->ring = zcount(&s->state_bytes, ll.ring, sizeof(float));
+        st->ring = zcount(&s->state_bytes, ll.ring, 1);
         if (c->layer_kind[l] == DSV4_ATTN_WINDOW)
             continue;
-        st->cin = zcount(&s->state_bytes, ll.cin, sizeof(float));
-        st->rows = zcount(&s->state_bytes, ll.rows, sizeof(float));
+        st->cin = zcount(&s->state_bytes, ll.cin, 1);
+        st->rows = zcount(&s->state_bytes, ll.rows, 1);
         if (c->layer_kind[l] == DSV4_ATTN_CSA) {
-            st->icin = zcount(&s->state_bytes, ll.icin, sizeof(float));
-            st->irows = zcount(&s->state_bytes, ll.irows, sizeof(float));
+            st->icin = zcount(&s->state_bytes, ll.icin, 1);
+            st->irows = zcount(&s->state_bytes, ll.irows, 1);
         }
     }
     s->scratch_only = !with_state;

@@ -10,8 +10,9 @@
  *         t-window+1.. t), and per compressed layer the compressor (CSA: indexer) inputs of
  *         the windows still open at P (the overlapping CSA compressor also pools the previous
  *         window's: coff·r - r positions more).
- * Both are the session's own fp32 words in a fixed order derived from the config alone, so
- * a buffer exported by one session imports into any session of the same model whatever its
+ * Both are the session's own stored bytes (packed KV rows and indexer keys, fp32 compressor
+ * inputs: common/session_layout.h) in a fixed order derived from the config alone, so a
+ * buffer exported by one session imports into any session of the same model whatever its
  * chunk, max_ctx or max_rollback, and the restored state is bitwise the prefilled one.
  */
 #include <errno.h>
@@ -40,7 +41,7 @@ static int64_t ring_start(const struct dsv4_config *c, int64_t P)
 }
 
 /* Walk the rows of [p0, p1): copy between the session and buf (to_buf) or only count. */
-static uint64_t walk_rows(dsv4_session *s, int64_t p0, int64_t p1, float *buf, bool to_buf)
+static uint64_t walk_rows(dsv4_session *s, int64_t p0, int64_t p1, uint8_t *buf, bool to_buf)
 {
     const struct dsv4_config *c = &s->e->cfg;
     uint64_t n = 0;
@@ -52,54 +53,55 @@ static uint64_t walk_rows(dsv4_session *s, int64_t p0, int64_t p1, float *buf, b
         int64_t w0 = p0 / r, w1 = p1 / r;
         struct layer_state *st = &s->ls[l];
         for (int pass = 0; pass < (k == DSV4_ATTN_CSA ? 2 : 1); pass++) {
-            int dim = pass ? c->index_head_dim : c->head_dim;
-            float *src = pass ? st->irows : st->rows;
-            size_t cnt = (size_t)(w1 - w0) * dim;
+            size_t rb = pass ? dsv4_ikey_row_bytes(c) : dsv4_kv_row_bytes(c);
+            uint8_t *src = pass ? st->irows : st->rows;
+            size_t cnt = (size_t)(w1 - w0) * rb;
             if (buf && to_buf)
-                memcpy(buf + n, src + (size_t)w0 * dim, cnt * sizeof(float));
+                memcpy(buf + n, src + (size_t)w0 * rb, cnt);
             else if (buf)
-                memcpy(src + (size_t)w0 * dim, buf + n, cnt * sizeof(float));
+                memcpy(src + (size_t)w0 * rb, buf + n, cnt);
             n += cnt;
         }
     }
-    return n * sizeof(float);
+    return n;
 }
 
-/* Copy one position range [a, b) of a position-addressed ring with `cap` slots of `w` floats. */
-static uint64_t ring_copy(float *ring, int cap, size_t w, int64_t a, int64_t b, float *buf,
+/* Copy one position range [a, b) of a position-addressed ring with `cap` slots of `w` bytes. */
+static uint64_t ring_copy(void *ring, int cap, size_t w, int64_t a, int64_t b, uint8_t *buf,
                           bool to_buf)
 {
     for (int64_t p = a; buf && p < b; p++) {
-        float *slot = ring + (size_t)(p % cap) * w;
-        float *o = buf + (size_t)(p - a) * w;
+        uint8_t *slot = (uint8_t *)ring + (size_t)(p % cap) * w;
+        uint8_t *o = buf + (size_t)(p - a) * w;
         if (to_buf)
-            memcpy(o, slot, w * sizeof(float));
+            memcpy(o, slot, w);
         else
-            memcpy(slot, o, w * sizeof(float));
+            memcpy(slot, o, w);
     }
     return (uint64_t)(b - a) * w;
 }
 
-static uint64_t walk_tail(dsv4_session *s, int64_t P, float *buf, bool to_buf)
+static uint64_t walk_tail(dsv4_session *s, int64_t P, uint8_t *buf, bool to_buf)
 {
     const struct dsv4_config *c = &s->e->cfg;
     uint64_t n = 0;
+    size_t f = sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
         struct layer_state *st = &s->ls[l];
-        n += ring_copy(st->ring, s->ring_cap, (size_t)c->head_dim, ring_start(c, P), P,
+        n += ring_copy(st->ring, s->ring_cap, (size_t)dsv4_kv_row_bytes(c), ring_start(c, P), P,
                        buf ? buf + n : NULL, to_buf);
         enum dsv4_attn_kind k = c->layer_kind[l];
         if (k == DSV4_ATTN_WINDOW)
             continue;
         int r = c->compress_ratios[l], coff = coff_of(r);
         int64_t a = cin_start(r, P);
-        n += ring_copy(st->cin, st->cin_cap, (size_t)2 * coff * c->head_dim, a, P,
+        n += ring_copy(st->cin, st->cin_cap, (size_t)2 * coff * c->head_dim * f, a, P,
                        buf ? buf + n : NULL, to_buf);
         if (k == DSV4_ATTN_CSA)
-            n += ring_copy(st->icin, st->cin_cap, (size_t)2 * coff * c->index_head_dim, a, P,
+            n += ring_copy(st->icin, st->cin_cap, (size_t)2 * coff * c->index_head_dim * f, a, P,
                            buf ? buf + n : NULL, to_buf);
     }
-    return n * sizeof(float);
+    return n;
 }
 
 uint64_t dsv4_session_rows_bytes(const dsv4_session *s, int64_t p0, int64_t p1)
@@ -153,7 +155,7 @@ int dsv4_session_import_rows(dsv4_session *s, int64_t p0, int64_t p1, const void
     if (len != want)
         return dsv4_errf(err, -EINVAL, "session import: rows of [%lld, %lld) take %llu bytes, "
                          "not %zu", (long long)p0, (long long)p1, (unsigned long long)want, len);
-    walk_rows(s, p0, p1, (float *)(uintptr_t)buf, false);
+    walk_rows(s, p0, p1, (uint8_t *)(uintptr_t)buf, false);
     s->pos = p1;
     return 0;
 }
@@ -165,7 +167,7 @@ int dsv4_session_import_tail(dsv4_session *s, const void *buf, size_t len,
     if (len != want)
         return dsv4_errf(err, -EINVAL, "session import: tail at %lld takes %llu bytes, not %zu",
                          (long long)s->pos, (unsigned long long)want, len);
-    walk_tail(s, s->pos, (float *)(uintptr_t)buf, false);
+    walk_tail(s, s->pos, (uint8_t *)(uintptr_t)buf, false);
     s->snap = s->pos;
     return 0;
 }

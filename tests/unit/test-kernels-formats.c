@@ -261,6 +261,28 @@ static float scale_of_block(const float *x, size_t n, float floor_amax, float in
     return ldexpf(1.0f, dsv4_ceil_log2(amax * inv_max));
 }
 
+/* The compact form of a fake-quantised vector unpacks to it bit for bit. */
+static void check_pack(int fp4, const float *x, size_t n, size_t block)
+{
+    uint8_t *codes = malloc(n + 1), *scales = malloc(n / block + 1);
+    float *y = malloc(n * sizeof(float));
+    if (fp4) {
+        dsv4_fp4_pack(x, n, block, codes, scales);
+        dsv4_fp4_unpack(codes, scales, n, block, y);
+    } else {
+        dsv4_fp8_pack(x, n, block, codes, scales);
+        dsv4_fp8_unpack(codes, scales, n, block, y);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (bits_of(y[i]) != bits_of(x[i]))
+            fail_msg("%s pack n %zu block %zu elt %zu: %a (%08x) unpacked as %a (%08x)",
+                     fp4 ? "fp4" : "fp8", n, block, i, (double)x[i], bits_of(x[i]),
+                     (double)y[i], bits_of(y[i]));
+    free(codes);
+    free(scales);
+    free(y);
+}
+
 static void check_qdq(int fp4, float *x, size_t n, size_t block)
 {
     float *orig = malloc(n * sizeof(float)), *again = malloc(n * sizeof(float));
@@ -292,6 +314,7 @@ static void check_qdq(int fp4, float *x, size_t n, size_t block)
                          (double)s);
         }
     }
+    check_pack(fp4, x, n, block);
     /* idempotent */
     memcpy(again, x, n * sizeof(float));
     if (fp4)
@@ -349,6 +372,55 @@ static void test_qdq(void **state)
     x[40] = INFINITY;
     dsv4_fp4_qdq(x, 64, 32);
     assert_true(x[0] == 1.0f && isnan(x[32]) && isnan(x[63]));
+    check_pack(1, x, 64, 32);
+    free(x);
+}
+
+/* The unpacks are the scalar decoders, code by code (scale byte 127 = 1), and the packs
+ * round-trip odd sizes and blocks, every exponent the fake-quant can choose and NaN blocks. */
+static void test_pack(void **state)
+{
+    (void)state;
+    uint8_t codes[256], one = 127;
+    float y[256];
+    for (int b = 0; b < 256; b++) {
+        codes[0] = (uint8_t)b;
+        dsv4_fp8_unpack(codes, &one, 1, 64, y);
+        assert_int_equal(bits_of(y[0]), bits_of(dsv4_e4m3_to_f32((uint8_t)b)));
+        codes[0] = (uint8_t)(b & 15) | (uint8_t)(b << 4);
+        dsv4_fp4_unpack(codes, &one, 2, 32, y);
+        assert_int_equal(bits_of(y[0]), bits_of(dsv4_e2m1_to_f32((uint8_t)b)));
+        assert_int_equal(bits_of(y[1]), bits_of(dsv4_e2m1_to_f32((uint8_t)b)));
+    }
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t v = (uint16_t)h;
+        dsv4_bf16_unpack(&v, 1, y);
+        assert_int_equal(bits_of(y[0]), bits_of(dsv4_bf16_to_f32(v)));
+    }
+    float *x = malloc(4096 * sizeof(float));
+    static const size_t sizes[] = {1, 2, 3, 31, 33, 64, 65, 448, 4096};
+    static const size_t blocks[] = {1, 7, 31, 32, 64};
+    for (int fp4 = 0; fp4 < 2; fp4++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+                for (int e = -140; e <= 120; e += 13) {
+                    size_t n = sizes[si];
+                    for (size_t i = 0; i < n; i++)
+                        x[i] = ldexpf((float)((int64_t)(rnd() % 2000001) - 1000000), e - 20);
+                    if (n > 3)
+                        x[1] = 0.0f, x[2] = -0.0f;
+                    if (fp4)
+                        dsv4_fp4_qdq(x, n, blocks[bi]);
+                    else
+                        dsv4_fp8_qdq(x, n, blocks[bi]);
+                    check_pack(fp4, x, n, blocks[bi]);
+                }
+    /* a NaN block next to a finite one */
+    for (int i = 0; i < 128; i++)
+        x[i] = (float)i - 60.0f;
+    x[100] = NAN;
+    dsv4_fp8_qdq(x, 128, 64);
+    check_pack(0, x, 128, 64);
     free(x);
 }
 
@@ -375,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_bf16_exhaustive),
         cmocka_unit_test(test_ceil_log2),
         cmocka_unit_test(test_qdq),
+        cmocka_unit_test(test_pack),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "plan.h"
+#include "session_layout.h"
 
 static const char *const models[] = { FIXTURES_DIR "/tiny-dspark", FIXTURES_DIR "/configs/flash",
                                       FIXTURES_DIR "/configs/pro" };
@@ -97,6 +98,67 @@ static void test_rows_add_up(void **state)
     free(c);
 }
 
+/*
+ * The session state's bytes are the documented formula (docs/numerics.md "Session state"):
+ * per layer a ring of window + slack packed KV rows; per compressed layer of ratio r the
+ * compressor inputs in fp32, (coff·r + slack) × 2·coff·head_dim × 4 bytes (CSA: and the
+ * same with index_head_dim), and ⌊max_ctx / r⌋ packed KV rows (CSA: and packed indexer
+ * keys). A packed KV row is 2·rope + (head_dim − rope) + ⌈(head_dim − rope)/64⌉ bytes
+ * rounded up to even, an indexer key ⌈ihd/2⌉ + ⌈ihd/32⌉. Flash and Pro: 584 and 68 bytes, and
+ * 3514.25 (Flash) and 5031.4375 (Pro) bytes per token of context, the table's figures.
+ */
+static uint64_t state_formula(const struct dsv4_config *c, int64_t T, int slack)
+{
+    uint64_t D = (uint64_t)c->head_dim, R = (uint64_t)c->rope_head_dim;
+    uint64_t ihd = (uint64_t)c->index_head_dim;
+    uint64_t kv = 2 * R + (D - R) + (D - R + 63) / 64, ik = (ihd + 1) / 2 + (ihd + 31) / 32;
+    kv += kv & 1;
+    uint64_t b = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        b += (uint64_t)(c->window + slack) * kv;
+        int r = c->compress_ratios[l];
+        if (c->layer_kind[l] == DSV4_ATTN_WINDOW)
+            continue;
+        uint64_t coff = r == 4 ? 2 : 1, cin_cap = coff * (uint64_t)r + (uint64_t)slack;
+        /* (an empty array still takes one byte: max_ctx < r) */
+        b += cin_cap * 2 * coff * D * 4 + (T >= r ? (uint64_t)(T / r) * kv : 1);
+        if (c->layer_kind[l] == DSV4_ATTN_CSA)
+            b += cin_cap * 2 * coff * ihd * 4 + (T >= r ? (uint64_t)(T / r) * ik : 1);
+    }
+    return b;
+}
+
+static void test_state_bytes_formula(void **state)
+{
+    (void)state;
+    struct dsv4_config *c = malloc(sizeof(*c));
+    struct dsv4_err err = { "" };
+    /* bytes of state per 128 tokens of context (every ratio divides 128) */
+    static const uint64_t per128[] = { 0, 449824, 644024 };
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        assert_int_equal(dsv4_config_load(models[m], c, &err), 0);
+        if (m > 0) {
+            assert_int_equal(dsv4_kv_row_bytes(c), 584);
+            assert_int_equal(dsv4_ikey_row_bytes(c), 68);
+        }
+        static const int64_t ctxs[] = { 1, 127, 4096, 65536, 1 << 20 };
+        for (size_t i = 0; i < sizeof(ctxs) / sizeof(ctxs[0]); i++) {
+            struct dsv4_session_layout L;
+            assert_int_equal(dsv4_session_layout(c, ctxs[i], 0, 0, 1, &L, &err), 0);
+            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], DSV4_DEFAULT_CHUNK));
+            assert_int_equal(dsv4_session_layout(c, ctxs[i], 8, 40, 1, &L, &err), 0);
+            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], 40));
+        }
+        if (m > 0) {
+            struct dsv4_session_layout A, B;
+            assert_int_equal(dsv4_session_layout(c, 4096, 0, 0, 1, &A, &err), 0);
+            assert_int_equal(dsv4_session_layout(c, 4096 + 128, 0, 0, 1, &B, &err), 0);
+            assert_int_equal(B.state_bytes - A.state_bytes, per128[m]);
+        }
+    }
+    free(c);
+}
+
 /* At exactly the minimum: min_slots slots (one decode row's experts and a layer of prefetch:
  * 2 × experts per token); a byte less is refused, naming the minimum. */
 static void test_minimum_is_tight(void **state)
@@ -141,6 +203,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_add_up),
         cmocka_unit_test(test_minimum_is_tight),
+        cmocka_unit_test(test_state_bytes_formula),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
