@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The scheduler's request table, shared by its two halves: main.c (admission, the clients,
- * compute's results, the stop conditions) and step.c (which requests run in the next
- * batched step, and the commands that make it).
+ * The scheduler's request table, shared by its parts: handlers.c (admission, the clients,
+ * compute's results, the stop conditions), step.c (which requests run in the next batched
+ * step, and the commands that make it) and main.c (arguments, sockets, the loop).
  */
 #pragma once
 
@@ -77,11 +77,18 @@ struct sched {
     struct dsv4_wire_buf out;
 };
 
-/* main.c */
+/* handlers.c */
 void to_client(struct sched *s, struct req *r);
 void prefill_gauges(struct sched *s, struct req *r, uint64_t done, uint64_t total);
 void send_progress(struct sched *s, struct req *r);
 void finish(struct sched *s, struct req *r, int reason);
+void fail(struct sched *s, struct req *r, int code, const char *text);
+/* One message from a client (s->in, its routing id in s->in.rid): GENERATE, SCORE, CANCEL. */
+void sched_on_client(struct sched *s);
+/* One message from compute (s->in): ACK, ERROR, FORWARD_RESULT, DRAFT_RESULT. */
+void sched_on_compute(struct sched *s);
+/* The supervisor's PEER_RESTARTED (dsv4_daemon.on_peer; ctx is the struct sched). */
+void sched_on_peer(void *ctx, int role);
 
 /* step.c: when nothing is in flight, the next step (commands of every active request). */
 void schedule(struct sched *s);
