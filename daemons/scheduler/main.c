@@ -29,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,8 +115,17 @@ static int env_int(const char *name, int min, int max, int def)
     return x;
 }
 
+/*
+ * When the last request ends, malloc_trim(0) gives the allocator's free pages back: without it
+ * the RSS of an idle scheduler creeps up for a long while (the soak saw +6 % over 900 requests,
+ * every byte of it free pages inside glibc's arenas — the requests' buffers and the ZeroMQ I/O
+ * thread's connection buffers — touched for the first time, with a flat live heap), so a leak
+ * would be hard to tell from it. It runs once per busy-to-idle transition: cheap next to the
+ * generation that preceded it.
+ */
 static void serve(struct sched *s)
 {
+    bool busy = false;
     while (!s->d.stop) {
         zmq_pollitem_t it[4];
         dsv4_daemon_poll_items(&s->d, it);
@@ -140,6 +150,12 @@ static void serve(struct sched *s)
                 if (r == 0)
                     sched_on_compute(s);
         schedule(s);
+        bool any = false;
+        for (int i = 0; i < s->n_reqs && !any; i++)
+            any = s->reqs[i].state != R_FREE;
+        if (busy && !any)
+            malloc_trim(0);
+        busy = any;
     }
 }
 
