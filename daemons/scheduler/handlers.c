@@ -325,6 +325,12 @@ static void accept(struct sched *s, struct req *r, const struct dsv4_msg_forward
     int32_t t = r->sp.temperature == 0.0
                     ? rows[res->n_rows - 1].argmax
                     : dsv4_sample(logits, (int)res->n_logits, &r->sp, r->n_gen);
+    if (t < 0 || t >= s->vocab) {   /* argmax -1 (not computed) or past the vocabulary */
+        char text[96];
+        snprintf(text, sizeof(text), "compute answered token %d (vocabulary %d)", (int)t, s->vocab);
+        fail(s, r, DSV4_WE_INTERNAL, text);
+        return;
+    }
     spec_plain_done(&r->spec);
     if (r->logprobs)
         send_logprobs(s, r, t, logits, (int)res->n_logits);
@@ -342,6 +348,14 @@ static void verify_result(struct sched *s, struct req *r, int64_t before,
     uint64_t q0 = r->spec.pol.st.quench_events;
     int32_t anchor = r->toks[before];     /* compute held every token but this one */
     uint32_t n_draft = r->spec.n_draft;
+    for (uint32_t i = 0; i < res->n_rows && i <= L; i++)
+        if (rows[i].argmax < 0 || rows[i].argmax >= s->vocab) {
+            char text[96];
+            snprintf(text, sizeof(text), "compute answered token %d in row %u (vocabulary %d)",
+                     (int)rows[i].argmax, i, s->vocab);
+            fail(s, r, DSV4_WE_INTERNAL, text);
+            return;
+        }
     int n = spec_verify(&r->spec, rows, res->n_rows, s->eos, out, &keep, &acc);
     if (s->trace) {     /* the keys of `dsv4ctl run --dspark-trace`, plus the request */
         fprintf(s->trace, "{\"req\":%llu,\"pos\":%lld,\"index\":%u,\"anchor\":%d,\"drafts\":[",
@@ -395,6 +409,28 @@ void sched_on_compute(struct sched *s)
         return;     /* stale (an earlier compute epoch, a finished request) or a close ACK */
     r->seq = 0;
     s->n_inflight--;
+    int want = r->cmd == DSV4_MSG_FORWARD ? DSV4_MSG_FORWARD_RESULT
+               : r->cmd == DSV4_MSG_DRAFT ? DSV4_MSG_DRAFT_RESULT
+                                          : DSV4_MSG_ACK;   /* SESSION_OPEN, PREFIX_RESTORE */
+    if (m.type != DSV4_MSG_ERROR && m.type != want) {
+        char text[96];
+        snprintf(text, sizeof(text), "compute answered %s to %s", dsv4_wire_type_name(m.type),
+                 dsv4_wire_type_name(r->cmd));
+        fail(s, r, DSV4_WE_INTERNAL, text);
+        return;
+    }
+    if (m.type == DSV4_MSG_FORWARD_RESULT) {
+        const struct dsv4_msg_forward_result *res = m.body;
+        bool all_rows = r->kind == DSV4_MSG_SCORE;
+        if (res->pos != r->cpos + (int64_t)r->fwd_rows || (all_rows && res->n_rows != r->fwd_rows)) {
+            char text[160];
+            snprintf(text, sizeof(text), "compute answered %u rows at position %lld to a FORWARD "
+                     "of %u rows from %lld", res->n_rows, (long long)res->pos, r->fwd_rows,
+                     (long long)r->cpos);
+            fail(s, r, DSV4_WE_INTERNAL, text);
+            return;
+        }
+    }
     if (m.type == DSV4_MSG_ERROR) {
         const struct dsv4_msg_error *e = m.body;
         if (e->code == DSV4_WE_NOSESSION) {
@@ -462,8 +498,11 @@ void sched_on_compute(struct sched *s)
     }
     if (s->prefilling == r)
         prefill_gauges(s, NULL, 0, 0);
-    if ((r->sp.temperature != 0.0 || r->logprobs) && res->n_logits == 0) {
-        fail(s, r, DSV4_WE_INTERNAL, "compute sent no logits to sample from");
+    if ((r->sp.temperature != 0.0 || r->logprobs) && res->n_logits != (uint32_t)s->vocab) {
+        char text[96];
+        snprintf(text, sizeof(text), "compute sent %u logits to sample from (vocabulary %d)",
+                 res->n_logits, s->vocab);
+        fail(s, r, DSV4_WE_INTERNAL, text);
         return;
     }
     accept(s, r, res, rows, logits);

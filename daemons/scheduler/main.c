@@ -178,6 +178,7 @@ static int run(const struct args *a)
         goto out;
     }
     s.eos = cfg.eos_token_id;
+    s.vocab = cfg.vocab_size;
     if (a->trace) {     /* appended to: a restarted scheduler goes on in the same file */
         int tfd = open(a->trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (tfd < 0 || !(s.trace = fdopen(tfd, "a"))) {

@@ -46,6 +46,7 @@ struct req {
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t seq;               /* the command in flight for this request; 0: none */
     uint16_t cmd;               /* its type */
+    uint32_t fwd_rows;          /* a FORWARD's rows: its result must be at cpos + fwd_rows */
     bool restore_tried;         /* PREFIX_RESTORE answered for the session open now */
     bool cached_known;          /* n_cached is the first prefill's */
     uint32_t n_cached;          /* prompt tokens restored from the prefix cache (DONE) */
@@ -60,6 +61,7 @@ struct sched {
     void *clients, *compute;
     dsv4_tokenizer *tok;
     int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
+    int vocab;                  /* a token compute decides must be below it */
     int64_t max_ctx;            /* positions a request may need (the plan's sessions) */
     FILE *trace;                /* --dspark-trace: one JSON line per verify step, or NULL */
     struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */

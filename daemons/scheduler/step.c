@@ -99,6 +99,7 @@ static enum cmd next_command(struct sched *s, struct req *r, struct dsv4_wire_bu
     if (c == CMD_FORWARD) {
         r->seq = seq;
         r->cmd = DSV4_MSG_FORWARD;
+        r->fwd_rows = ((const struct dsv4_msg_forward *)(b->p + sizeof(struct dsv4_msg_hdr)))->n_rows;
     }
     return c;
 }
@@ -168,6 +169,7 @@ void schedule(struct sched *s)
         build_forward(s, r, seq, n, &s->fwd[n_fw]);
         r->seq = seq;
         r->cmd = DSV4_MSG_FORWARD;
+        r->fwd_rows = n;
         rows += n;
         fw[n_fw++] = r;
     }
