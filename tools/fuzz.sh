@@ -18,7 +18,7 @@ fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(sed -n "s/^  '\([a-z0-9-]*\)': \[.*/\1/p" tests/fuzz/meson.build)
-  targets+=(compute)    # declared on its own (it links compute's handlers and an engine)
+  targets+=(compute scheduler)  # declared on their own (they link a daemon's handlers)
 fi
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz-}" >/dev/null || exit 1
 failed=0
