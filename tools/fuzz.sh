@@ -18,7 +18,7 @@ fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(sed -n "s/^  '\([a-z0-9-]*\)': \[.*/\1/p" tests/fuzz/meson.build)
-  targets+=(compute scheduler)  # declared on their own (they link a daemon's handlers)
+  targets+=(compute scheduler api-stream)  # declared on their own (a daemon's handlers, a model)
 fi
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz-}" >/dev/null || exit 1
 failed=0
