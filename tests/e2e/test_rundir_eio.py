@@ -62,7 +62,7 @@ def shm_id():
 
 def daemons_of(rd):
     """Processes whose command line names this run dir (the supervisor and its daemons)."""
-    out = []
+    out, names = [], {rd.encode(), os.path.realpath(rd).encode()}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -71,7 +71,7 @@ def daemons_of(rd):
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if rd.encode() in argv and os.path.basename(argv[0]).startswith(b"dsv4-"):
+        if names & set(argv) and os.path.basename(argv[0]).startswith(b"dsv4-"):
             out.append(int(pid))
     return out
 
