@@ -189,26 +189,35 @@ static void check_sse(const struct dsv4_buf *b)
     }
 }
 
-/* The GENERATE gen_begin() (or a resubmission) sent: valid, ours, the done tokens ours. */
-static bool take_generate(const struct gen *g, unsigned char *rid, size_t *rid_len)
+/* The GENERATE gen_begin() (or a resubmission) sent: valid, ours, the done tokens ours.
+ * wait_ms: how long the first one may take (a new connection is attached by the ROUTER
+ * asynchronously: a non-blocking receive right after the connect can find nothing yet). */
+static bool take_generate(const struct gen *g, unsigned char *rid, size_t *rid_len, int wait_ms)
 {
     bool got = false;
-    while (dsv4_zrecv(sched, &zin, 1, 1) == 0) {
-        struct dsv4_msg m;
-        struct dsv4_err err;
-        int errc;
-        CHECK(dsv4_wire_decode(zin.buf, zin.len, &m, &errc, &err) == 0);
-        if (m.type == DSV4_MSG_CANCEL)
-            continue;
-        CHECK(m.type == DSV4_MSG_GENERATE);
-        const struct dsv4_msg_generate *gm = m.body;
-        CHECK(gm->req_id == g->id && gm->n_done == g->n_got);
-        CHECK(!memcmp((const int32_t *)m.tail + gm->n_prompt, g->got, (size_t)g->n_got * 4));
-        memcpy(rid, zin.rid, zin.rid_len);
-        *rid_len = zin.rid_len;
-        got = true;
+    uint64_t end = dsv4_now_ns() + (uint64_t)wait_ms * 1000000u;
+    for (;;) {
+        while (dsv4_zrecv(sched, &zin, 1, 1) == 0) {
+            struct dsv4_msg m;
+            struct dsv4_err err;
+            int errc;
+            CHECK(dsv4_wire_decode(zin.buf, zin.len, &m, &errc, &err) == 0);
+            if (m.type == DSV4_MSG_CANCEL)
+                continue;   /* a request of an earlier input, closed */
+            CHECK(m.type == DSV4_MSG_GENERATE);
+            const struct dsv4_msg_generate *gm = m.body;
+            CHECK(gm->req_id == g->id && gm->n_done == g->n_got);
+            CHECK(!memcmp((const int32_t *)m.tail + gm->n_prompt, g->got, (size_t)g->n_got * 4));
+            memcpy(rid, zin.rid, zin.rid_len);
+            *rid_len = zin.rid_len;
+            got = true;
+        }
+        uint64_t now = dsv4_now_ns();
+        if (got || now >= end)
+            return got;
+        zmq_pollitem_t it = { sched, 0, ZMQ_POLLIN, 0 };
+        zmq_poll(&it, 1, (long)((end - now) / 1000000u) + 1);
     }
-    return got;
 }
 
 struct rd {
@@ -264,7 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(gen_begin(&g, &c, &req, -1, &e) == 0);
     unsigned char rid[256];
     size_t rid_len = 0;
-    CHECK(take_generate(&g, rid, &rid_len));
+    CHECK(take_generate(&g, rid, &rid_len, 5000));
     struct api_meta meta;
     meta_init(&meta, &req);
     struct dsv4_buf out = { 0 };
@@ -349,9 +358,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             zmq_send(sched, rid, rid_len, ZMQ_SNDMORE);
             zmq_send(sched, wb.p, wb.len, 0);
         }
+        uint64_t pid_before = g.sched_pid;
         int r = gen_wait(&g, 0, &e);
-        if (op % 8 == 7)
-            take_generate(&g, rid, &rid_len);
+        if (g.sched_pid != pid_before)  /* it resubmitted: the GENERATE must come */
+            CHECK(take_generate(&g, rid, &rid_len, 5000));
         if (r < 0) {
             CHECK(e.status >= 400 && e.msg[0]);
             if (stream && started) {
