@@ -18,7 +18,7 @@ fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   mapfile -t targets < <(sed -n "s/^  '\([a-z0-9-]*\)': \[.*/\1/p" tests/fuzz/meson.build)
-  targets+=(compute)    # declared on its own (it links compute's handlers and an engine)
+  targets+=(compute scheduler api-stream)  # declared on their own (a daemon's handlers, a model)
 fi
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz-}" >/dev/null || exit 1
 failed=0
@@ -29,20 +29,27 @@ for t in "${targets[@]}"; do
   cp tests/fuzz/$t.corpus/* "$work/" 2>/dev/null
   dict=(); [ -f tests/fuzz/$t.dict ] && dict=(-dict=tests/fuzz/$t.dict)
   log=$work.log
+  art=$work.art     # apart from the corpus copy: a seed named crash-* is not a crash
+  mkdir -p "$art"
   nice "$exe" -max_total_time="$secs" -max_len=65536 -timeout=20 -rss_limit_mb=4096 \
-    -artifact_prefix="$work/" "${dict[@]}" "$work" >"$log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$art/" "${dict[@]}" "$work" >"$log" 2>&1
   rc=$?
   runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | tail -1 | awk '{print $2}')
-  [ -z "$runs" ] && runs=$(grep -oE '#[0-9]+' "$log" | tail -1 | tr -d '#')
+  [ -z "$runs" ] && runs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')   # not a stack frame's #N
   crashes=0
-  for c in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
+  for c in "$art"/crash-* "$art"/leak-* "$art"/timeout-* "$art"/oom-*; do
     [ -e "$c" ] || continue
     cp "$c" tests/fuzz/$t.corpus/
     crashes=$((crashes + 1))
   done
   new=$(( $(ls "$work" | wc -l) - $(ls tests/fuzz/$t.corpus | wc -l) ))
   echo "$t: ${runs:-?} runs in ${secs} s, ${new#-} new corpus entries (not kept), $crashes crashes (rc $rc)"
-  [ $crashes -gt 0 ] || [ $rc -ne 0 ] && failed=1
-  rm -rf "$work" "$log"
+  if [ $crashes -gt 0 ] || [ $rc -ne 0 ]; then
+    failed=1
+    mkdir -p build-fuzz/logs
+    keep=build-fuzz/logs/$t-$(date -u +%Y%m%dT%H%M%S).log   # the report, to read later
+    cp "$log" "$keep" && echo "$t: log kept in $keep"
+  fi
+  rm -rf "$work" "$art" "$log"
 done
 exit $failed

@@ -196,12 +196,25 @@ int dsv4_rundir_supervisor_pid(const char *dir)
     char path[DSV4_PATH_MAX + 32];
     snprintf(path, sizeof(path), "%s/supervisor.lock", dir);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
+    if (fd < 0) {   /* none there (or not ours to see): no set; anything else: cannot tell */
+        int e = errno;
+        if (e == ENOENT || e == EACCES || e == EPERM || e == ENOTDIR || e == ELOOP ||
+            e == ENAMETOOLONG)
+            return 0;
+        errno = e;
+        return DSV4_SUPERVISOR_UNREADABLE;
+    }
     int pid = 0;
     if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
         char buf[32] = { 0 };
-        if (pread(fd, buf, sizeof(buf) - 1, 0) > 0) {
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+            return DSV4_SUPERVISOR_UNREADABLE;
+        }
+        if (n > 0) {
             buf[strcspn(buf, "\n")] = '\0';
             if (dsv4_parse_int(buf, 1, INT32_MAX, &pid) < 0)
                 pid = 0;

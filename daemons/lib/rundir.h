@@ -44,5 +44,8 @@ int dsv4_rundir_check_dedicated(const char *dir, struct dsv4_err *err);
 /* Remove what a set leaves in shared memory and in its run dir (segments under its id,
  * sockets, the model and address files); returns how many segments and sockets were there. */
 int dsv4_rundir_remove_leftovers(const char *dir, bool all_files);
-/* Pid of the live supervisor holding DIR/supervisor.lock, or 0. */
+/* Pid of the live supervisor holding DIR/supervisor.lock, or 0 (none), -1 (the lock is held
+ * but names no pid yet), or DSV4_SUPERVISOR_UNREADABLE with errno set (the lock file cannot be
+ * opened or read: EIO...; whether a set runs is unknown). */
+#define DSV4_SUPERVISOR_UNREADABLE (-2)
 int dsv4_rundir_supervisor_pid(const char *dir);

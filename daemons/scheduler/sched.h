@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The scheduler's request table, shared by its two halves: main.c (admission, the clients,
- * compute's results, the stop conditions) and step.c (which requests run in the next
- * batched step, and the commands that make it).
+ * The scheduler's request table, shared by its parts: handlers.c (admission, the clients,
+ * compute's results, the stop conditions), step.c (which requests run in the next batched
+ * step, and the commands that make it) and main.c (arguments, sockets, the loop).
  */
 #pragma once
 
@@ -46,6 +46,7 @@ struct req {
     int64_t cpos;               /* rows compute holds for this session */
     uint64_t seq;               /* the command in flight for this request; 0: none */
     uint16_t cmd;               /* its type */
+    uint32_t fwd_rows;          /* a FORWARD's rows: its result must be at cpos + fwd_rows */
     bool restore_tried;         /* PREFIX_RESTORE answered for the session open now */
     bool cached_known;          /* n_cached is the first prefill's */
     uint32_t n_cached;          /* prompt tokens restored from the prefix cache (DONE) */
@@ -60,6 +61,7 @@ struct sched {
     void *clients, *compute;
     dsv4_tokenizer *tok;
     int eos, max_active, queue_cap, dspark_block;    /* dspark_block 0: no --dspark */
+    int vocab;                  /* a token compute decides must be below it */
     int64_t max_ctx;            /* positions a request may need (the plan's sessions) */
     FILE *trace;                /* --dspark-trace: one JSON line per verify step, or NULL */
     struct dsv4_spec_opts dspark_opts;  /* DSV4_TEST_DSPARK_VERIFY: fixed verify length (tests) */
@@ -77,11 +79,18 @@ struct sched {
     struct dsv4_wire_buf out;
 };
 
-/* main.c */
+/* handlers.c */
 void to_client(struct sched *s, struct req *r);
 void prefill_gauges(struct sched *s, struct req *r, uint64_t done, uint64_t total);
 void send_progress(struct sched *s, struct req *r);
 void finish(struct sched *s, struct req *r, int reason);
+void fail(struct sched *s, struct req *r, int code, const char *text);
+/* One message from a client (s->in, its routing id in s->in.rid): GENERATE, SCORE, CANCEL. */
+void sched_on_client(struct sched *s);
+/* One message from compute (s->in): ACK, ERROR, FORWARD_RESULT, DRAFT_RESULT. */
+void sched_on_compute(struct sched *s);
+/* The supervisor's PEER_RESTARTED (dsv4_daemon.on_peer; ctx is the struct sched). */
+void sched_on_peer(void *ctx, int role);
 
 /* step.c: when nothing is in flight, the next step (commands of every active request). */
 void schedule(struct sched *s);

@@ -99,6 +99,7 @@ static enum cmd next_command(struct sched *s, struct req *r, struct dsv4_wire_bu
     if (c == CMD_FORWARD) {
         r->seq = seq;
         r->cmd = DSV4_MSG_FORWARD;
+        r->fwd_rows = ((const struct dsv4_msg_forward *)(b->p + sizeof(struct dsv4_msg_hdr)))->n_rows;
     }
     return c;
 }
@@ -159,15 +160,16 @@ void schedule(struct sched *s)
         int64_t room = n_fw == 0 ? want : (int64_t)s->step_tokens - (int64_t)rows;
         if (k == 0)
             room = DSV4_MAX(room, MIN_PREFILL_ROWS);
-        uint32_t n = (uint32_t)DSV4_MIN(want, room);
-        if (n == 0)
+        if (room <= 0)  /* the decode and verify rows took the step (more than --step-tokens) */
             break;
+        uint32_t n = (uint32_t)DSV4_MIN(want, room);
         if (!score && r->n_tok - r->cpos > 1)
             prefill_gauges(s, r, (uint64_t)r->cpos, r->n_tok);
         uint64_t seq = ++s->seq;
         build_forward(s, r, seq, n, &s->fwd[n_fw]);
         r->seq = seq;
         r->cmd = DSV4_MSG_FORWARD;
+        r->fwd_rows = n;
         rows += n;
         fw[n_fw++] = r;
     }

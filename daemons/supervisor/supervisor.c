@@ -55,6 +55,7 @@ struct sv {
     struct child ch[DSV4_ROLE_COUNT];
     void *zctx, *ctl;
     int sigfd, lockfd;
+    char shm_id[DSV4_SHM_ID_LEN + 1];   /* this start's segment id ("" before it is made) */
     bool stopping;
     struct dsv4_zin in;
     struct dsv4_view view;      /* what the exporter reads: our own mappings */
@@ -450,6 +451,8 @@ static void cleanup(struct sv *s)
     /* the fetcher removes its segment on SIGTERM, not after a SIGKILL: one list of what a
      * set leaves, shared with `dsv4ctl stop` */
     dsv4_rundir_remove_leftovers(s->dir, true);
+    if (s->shm_id[0])   /* by the id we made, too: RUN_DIR/shm-id may not read back (EIO) */
+        unlink_segments(s->shm_id);
     if (s->api_fd >= 0)
         close(s->api_fd);
     if (s->ctl)
@@ -597,11 +600,14 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     }
     snprintf(path, sizeof(path), "%s/supervisor.lock", s.dir);
     s.lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (s.lockfd < 0 || flock(s.lockfd, LOCK_EX | LOCK_NB) < 0) {
+    if (s.lockfd < 0) {     /* an I/O error, not another set: say which */
+        say(&ready_fd, "error: %s: %s", path, strerror(errno));
+        return DSV4_EXIT_CANTCREAT;
+    }
+    if (flock(s.lockfd, LOCK_EX | LOCK_NB) < 0) {
         say(&ready_fd, "error: daemons already running in %s (pid %d)", s.dir,
             dsv4_rundir_supervisor_pid(s.dir));
-        if (s.lockfd >= 0)
-            close(s.lockfd);
+        close(s.lockfd);
         return DSV4_EXIT_UNAVAILABLE;
     }
     char pid_line[24];
@@ -633,6 +639,7 @@ int dsv4_supervise(const struct supervisor_opts *o, int ready_fd)
     }
     if (old[0])
         unlink_segments(old);
+    memcpy(s.shm_id, id, sizeof(id));
     for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
         static const char *const exes[] = { "dsv4-fetcher", "dsv4-compute", "dsv4-scheduler",
                                             "dsv4-api" };

@@ -18,9 +18,14 @@ int client_open(struct client *c, const char *run_dir_arg, const char *who)
     memset(c, 0, sizeof(*c));
     c->sigfd = -1;
     dsv4_rundir_resolve(run_dir_arg, c->dir);
-    if (dsv4_rundir_supervisor_pid(c->dir) == 0) {
+    int sv = dsv4_rundir_supervisor_pid(c->dir);
+    if (sv == 0) {
         fprintf(stderr, "dsv4ctl %s: daemons not running in %s (dsv4ctl start)\n", who, c->dir);
         return DSV4_EXIT_UNAVAILABLE;
+    }
+    if (sv == DSV4_SUPERVISOR_UNREADABLE) {
+        fprintf(stderr, "dsv4ctl %s: %s/supervisor.lock: %s\n", who, c->dir, strerror(errno));
+        return DSV4_EXIT_OSERR;
     }
     struct dsv4_err err;
     char ep[DSV4_PATH_MAX];

@@ -305,6 +305,11 @@ int dsv4ctl_start(int argc, char **argv)
         int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (nul >= 0)
             dup2(nul, 0);
+        if (fd < 0) {   /* never keep the caller's stdout/stderr: it waits for their EOF */
+            fprintf(stderr, "%s: warning: %s: %s; the supervisor logs nowhere\n", me, log,
+                    strerror(errno));
+            fd = nul;
+        }
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);

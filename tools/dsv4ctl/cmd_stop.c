@@ -12,6 +12,7 @@
  * the set's segments, sockets and address files are removed, and what was found is said; the
  * exit status is 1 when the set had to be cleaned up after, 0 for a clean stop.
  */
+#include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -148,6 +149,11 @@ int dsv4ctl_stop(int argc, char **argv)
     char dir[DSV4_PATH_MAX];
     dsv4_rundir_resolve(arg, dir);
     int pid = dsv4_rundir_supervisor_pid(dir);
+    if (pid == DSV4_SUPERVISOR_UNREADABLE) {  /* a set may run: never report "none" */
+        fprintf(stderr, "dsv4ctl stop: %s/supervisor.lock: %s; cannot tell whether the set "
+                "runs, not stopping anything\n", dir, strerror(errno));
+        return DSV4_EXIT_OSERR;
+    }
     if (pid == 0) {
         /* no supervisor: a set that died (SIGKILL, OOM) may have left processes and files */
         int procs, files = sweep(dir, DSV4_MIN(timeout, 5.0), &procs);
@@ -166,7 +172,12 @@ int dsv4ctl_stop(int argc, char **argv)
     bool killed = false;
     while ((pid = dsv4_rundir_supervisor_pid(dir)) != 0) {
         double waited = (double)(dsv4_now_ns() - t0) / 1e9;
-        if (pid < 0 && waited > timeout) {
+        if (pid == DSV4_SUPERVISOR_UNREADABLE && waited > timeout) {
+            fprintf(stderr, "dsv4ctl stop: %s/supervisor.lock: %s; the set was sent SIGTERM "
+                    "but whether it stopped is unknown\n", dir, strerror(errno));
+            return DSV4_EXIT_OSERR;
+        }
+        if (pid == -1 && waited > timeout) {
             /* the lock is held but names no pid (a start that died writing it, or not ours):
              * nothing to signal; say so instead of waiting for ever */
             fprintf(stderr, "dsv4ctl stop: %s/supervisor.lock is held by a process that wrote "
