@@ -198,9 +198,10 @@ void dsv4_pcache_count_hit(dsv4_pcache *pc, int64_t tokens)
 
 int dsv4_pcache_put(dsv4_pcache *pc, const struct dsv4_pcache_block *b, struct dsv4_err *err)
 {
-    if (b->p0 < 0 || b->p1 - b->p0 != pc->block || !b->tail)
-        return dsv4_errf(err, -EINVAL, "prefix cache: a block is %d tokens with its tail",
-                         pc->block);
+    if (b->p0 < 0 || b->p1 - b->p0 < 1 || b->p1 - b->p0 > pc->block || !b->tail)
+        return dsv4_errf(err, -EINVAL,
+                         "prefix cache: a block is 1..%d tokens (a sequence's last may be "
+                         "partial) with its tail", pc->block);
     pc->st.stores++;
     if (pc->ram_cap)
         ram_put(pc, b);

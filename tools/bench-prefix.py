@@ -11,7 +11,8 @@ A 3-turn chat as token ids: turn 1 is a --history-token prompt; each later turn 
 previous prompt + its answer (--tokens, greedy) + --turn new ids. Arms, each on a fresh set:
   off   --no-prefix-cache: turns 2 and 3 prefill everything;
   ram   the cache on (a fresh cache dir): turns 2 and 3 restore the earlier turns' blocks;
-  disk  the same set stopped and started again (RAM empty): turn 3 restores from disk.
+  disk  the same set stopped and started again (RAM empty): turn 3 restores from disk, its
+        files first evicted from the page cache (--warm-disk keeps them).
 Prints each turn's TTFT (the client's time from sending to the first token), the tokens
 restored (DONE n_cached), the ratios turn_k(ram or disk) ÷ turn_k(off), and the restore rate
 (MB/s, from compute's log line) beside the disk's O_DIRECT read rate measured in the same run
@@ -69,6 +70,23 @@ def turn(exe, run_dir, ids, n):
     return ttft, out, cached
 
 
+def evict(d):
+    """Drop the page-cache pages of the files under d (clean pages: written and synced)."""
+    total = 0
+    for name in os.listdir(d):
+        path = os.path.join(d, name)
+        if not os.path.isfile(path):
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    return total
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -78,6 +96,9 @@ def main():
     ap.add_argument("--tokens", type=int, default=8)
     ap.add_argument("--build", default="build")
     ap.add_argument("--json")
+    ap.add_argument("--warm-disk", action="store_true",
+                    help="leave the cache files in the page cache for the restart turn "
+                         "(default: evicted first, posix_fadvise DONTNEED, so it reads the disk)")
     a = ap.parse_args()
     exe = os.path.join(a.build, "tools", "dsv4ctl", "dsv4ctl")
     roof = load_roof()
@@ -118,6 +139,10 @@ def main():
                 stop()
                 start()
                 turn(exe, run_dir, [0, 5, 6, 7], 4)
+                if not a.warm_disk:
+                    evicted = evict(cache)
+                    print(f"disk: {evicted / 2**20:.1f} MiB of cache files evicted from the "
+                          f"page cache", flush=True)
                 t, _, c = turn(exe, run_dir, prompts[2], a.tokens)
                 log = open(os.path.join(run_dir, "compute.log")).read()
                 m = re.findall(r"restored (\d+) of \d+ tokens from the prefix cache "

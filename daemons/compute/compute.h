@@ -28,6 +28,7 @@ struct slot {
     int64_t max_ctx;
     struct dsv4_prefix_seq q;
     int32_t *ids;
+    int64_t committed;          /* positions below it hold accepted tokens (not drafts) */
 };
 
 /*

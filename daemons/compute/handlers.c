@@ -22,6 +22,7 @@ void compute_slot_free(struct slot *sl)
     free(sl->ids);
     sl->ids = NULL;
     sl->cached = false;
+    sl->committed = 0;
     sl->sp = dsv4_spec_free(sl->sp);
     sl->d = dsv4_drafter_free(sl->d);
     sl->s = dsv4_session_free(sl->s);
@@ -201,6 +202,7 @@ static void after_chunk(void *ctx, int64_t pos, int n)
         p->stash(p->stash_ctx, pos, n);
     int64_t committed = (p->flags & DSV4_FWD_SPECULATIVE) ? p->pos0 + 1 : pos + n;
     struct dsv4_err err;
+    p->sl->committed = committed;
     dsv4_prefix_save(&p->sl->q, p->sl->ids, committed, &err);
 }
 
@@ -410,6 +412,7 @@ static void do_restore(struct compute *c, const struct dsv4_msg_prefix_restore *
         }
         if (restored > 0) {
             memcpy(sl->ids, toks, (size_t)restored * sizeof(int32_t));
+            sl->committed = restored;
             dsv4_hist_add(&c->d.stats->prefix_restore, sl->q.ns / 1000);
             dsv4_log_info("compute", "session %llu: restored %lld of %lld tokens from the prefix "
                           "cache (%d blocks, %.1f MiB, %.1f ms)", (unsigned long long)sl->id,
@@ -447,6 +450,10 @@ void compute_handle(struct compute *c)
     case DSV4_MSG_SESSION_CLOSE: {
         const struct dsv4_msg_session_ref *b = m.body;
         struct slot *sl = find(c, b->session);
+        if (sl && sl->cached) { /* the sequence's partial last block, for its next turn */
+            struct dsv4_err e2;
+            dsv4_prefix_save_end(&sl->q, sl->ids, sl->committed, &e2);
+        }
         if (sl)
             close_slot(c, sl);
         ack(c, b->seq, b->session, 0);

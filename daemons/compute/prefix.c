@@ -96,18 +96,28 @@ int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_
                          (long long)dsv4_session_pos(q->s));
     int B = dsv4_pcache_block_tokens(q->pc);
     int64_t max = n - 1;
-    if (max < B)
+    if (max < 1)
         return 0;
     uint64_t t0 = dsv4_now_ns();
     int want = (int)(max / B);
-    uint8_t (*keys)[DSV4_SHA256_LEN] = dsv4_xmalloc((size_t)want * DSV4_SHA256_LEN);
-    int k = dsv4_pcache_lookup(q->pc, q->root, tokens, max, want, keys);
+    uint8_t (*keys)[DSV4_SHA256_LEN] = dsv4_xmalloc((size_t)DSV4_MAX(want, 1) * DSV4_SHA256_LEN);
+    int k = want > 0 ? dsv4_pcache_lookup(q->pc, q->root, tokens, max, want, keys) : 0;
+    /* a partial block a sequence's end left after the k complete ones: the longest held */
+    const int64_t ps = (int64_t)k * B;
+    const uint8_t *pparent = k ? keys[k - 1] : q->root;
+    uint8_t pkey[DSV4_SHA256_LEN];
+    int pl = 0;
+    for (int64_t L = DSV4_MIN((int64_t)B - 1, max - ps); L >= 1 && !pl; L--) {
+        dsv4_pcache_chain(pparent, tokens + ps, (int)L, pkey);
+        if (dsv4_pcache_has(q->pc, pkey))
+            pl = (int)L;
+    }
     int done = 0;       /* blocks whose rows are in */
-    bool tail = false;
+    bool tail = false, partial = false;
     struct dsv4_err e2 = { "" };
     for (int i = 0; i < k; i++) {
         struct dsv4_pcache_block b;
-        bool last = i == k - 1;
+        bool last = i == k - 1 && !pl;    /* with a partial block, its tail is the one */
         const uint8_t *parent = i ? keys[i - 1] : q->root;
         if (dsv4_pcache_get(q->pc, keys[i], last, &b, &e2) < 0)
             break;
@@ -126,6 +136,26 @@ int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_
         if (rc < 0)
             break;
     }
+    if (pl && done == k) {
+        struct dsv4_pcache_block b;
+        if (dsv4_pcache_get(q->pc, pkey, true, &b, &e2) == 0) {
+            int rc = b.p0 == ps && b.p1 == ps + pl &&
+                             memcmp(b.parent, pparent, DSV4_SHA256_LEN) == 0 &&
+                             memcmp(b.tokens, tokens + ps, (size_t)pl * sizeof(int32_t)) == 0
+                         ? 0
+                         : -EBADMSG;
+            if (rc == 0)
+                rc = dsv4_session_import_rows(q->s, b.p0, b.p1, b.rows, (size_t)b.rows_len,
+                                              &e2);
+            if (rc == 0)
+                rc = import_tail(q, &b, &e2);
+            if (rc == 0) {
+                tail = partial = true;
+                q->bytes += b.rows_len + b.tail_len;
+            }
+            dsv4_pcache_put_back(q->pc, &b);
+        }
+    }
     if (done > 0 && !tail) {
         /* a later block failed: end on the last good one's tail */
         struct dsv4_pcache_block b;
@@ -142,11 +172,12 @@ int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_
             dsv4_drafter_reset(dsv4_spec_drafter(q->sp));
         done = 0;
     }
-    if (done > 0) {
-        memcpy(q->key, keys[done - 1], DSV4_SHA256_LEN);
-        q->keyed = (int64_t)done * B;
-        q->restored = *restored = q->keyed;
-        q->blocks = done;
+    if (done > 0 || partial) {
+        if (done > 0)
+            memcpy(q->key, keys[done - 1], DSV4_SHA256_LEN);
+        q->keyed = (int64_t)done * B;       /* the chain of complete blocks goes on from here */
+        q->restored = *restored = q->keyed + (partial ? pl : 0);
+        q->blocks = done + (partial ? 1 : 0);
         dsv4_pcache_count_hit(q->pc, q->restored);
     }
     q->ns = dsv4_now_ns() - t0;
@@ -154,11 +185,12 @@ int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_
     return 0;
 }
 
-/* Export block [P - B, P) of the sequence and put it in the cache. */
+/* Export block [p0, P) of the sequence (a complete one, or a sequence's partial last one) with
+ * the state at P, and put it in the cache. */
 static int store_block(struct dsv4_prefix_seq *q, const uint8_t *parent, const uint8_t *key,
-                       const int32_t *tokens, int64_t P, struct dsv4_err *err)
+                       const int32_t *tokens, int64_t p0, int64_t P, struct dsv4_err *err)
 {
-    int B = dsv4_pcache_block_tokens(q->pc);
+    const int64_t B = P - p0;
     uint64_t nr = dsv4_session_rows_bytes(q->s, P - B, P);
     uint64_t n[2] = { dsv4_session_tail_bytes(q->s, P),
                       has_drafter(q) ? dsv4_spec_tail_bytes(q->sp, P) : 0 };
@@ -196,11 +228,30 @@ int dsv4_prefix_save(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n
         if (!dsv4_pcache_has(q->pc, key)) {
             struct dsv4_err e2 = { "" };
             /* -ERANGE: the session moved on too far for this block's tail (a gap, logged) */
-            if (store_block(q, q->key, key, tokens, P, &e2) < 0)
+            if (store_block(q, q->key, key, tokens, P - B, P, &e2) < 0)
                 dsv4_log_debug(TOPIC, "block at %lld not stored: %s", (long long)P, e2.msg);
         }
         memcpy(q->key, key, DSV4_SHA256_LEN);
         q->keyed = P;
+    }
+    return 0;
+}
+
+int dsv4_prefix_save_end(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n,
+                         struct dsv4_err *err)
+{
+    dsv4_prefix_save(q, tokens, n, err);
+    int B = dsv4_pcache_block_tokens(q->pc);
+    int64_t pos = DSV4_MIN(dsv4_session_pos(q->s), n), L = pos - q->keyed;
+    if (L < 1 || L >= B)
+        return 0;
+    uint8_t key[DSV4_SHA256_LEN];
+    dsv4_pcache_chain(q->key, tokens + q->keyed, (int)L, key);
+    if (!dsv4_pcache_has(q->pc, key)) {
+        struct dsv4_err e2 = { "" };
+        if (store_block(q, q->key, key, tokens, q->keyed, pos, &e2) < 0)
+            dsv4_log_debug(TOPIC, "partial block [%lld, %lld) not stored: %s",
+                           (long long)q->keyed, (long long)pos, e2.msg);
     }
     return 0;
 }

@@ -47,7 +47,8 @@ void dsv4_prefix_seq_init(struct dsv4_prefix_seq *q, dsv4_pcache *pc, dsv4_sessi
                           dsv4_spec *sp);
 /*
  * Restore the longest cached prefix of tokens[0..n) into the session (at position 0): at most
- * n - 1 tokens, so the last prompt token is always fed (its logits). *restored = P, the
+ * n - 1 tokens, so the last prompt token is always fed (its logits): the complete blocks, then
+ * the longest partial block a sequence's end left after them. *restored = P, the
  * position the session (and the drafter) now continue from; 0 when nothing was cached. A bad
  * block costs the blocks after it, never a wrong state: anything unreadable is a miss.
  */
@@ -58,5 +59,12 @@ int dsv4_prefix_restore(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_
  * step's draft rows are past n until accepted). Cache write problems are only logged. */
 int dsv4_prefix_save(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n,
                      struct dsv4_err *err);
+/* At a sequence's end (its session closing): dsv4_prefix_save, then the partial block after
+ * the last complete one — the tokens since that boundary with the state at their end — so a
+ * later sequence that extends this one (a chat's next turn: this prompt, its answer, a new
+ * question) restores up to here instead of to the last boundary. Keyed by the chain key of
+ * the blocks before it and the partial's own tokens; restore tries the longest first. */
+int dsv4_prefix_save_end(struct dsv4_prefix_seq *q, const int32_t *tokens, int64_t n,
+                         struct dsv4_err *err);
 /* The first block boundary after pos (feed a prefill up to it, then save). */
 int64_t dsv4_prefix_next_boundary(const struct dsv4_prefix_seq *q, int64_t pos);

@@ -56,8 +56,11 @@ def check(mdl, vocab, extra, cache_dir):
     want, _ = run(mdl, turn2, 24, "--no-prefix-cache", *extra)
     got, err2 = run(mdl, turn2, 24, "--stats", *d, *extra)
     assert got == want, (got, want)
-    assert restored(err2) == (256, len(turn2)), err2
-    assert re.search(r"info prefix-cache: restored 256 of \d+ prompt tokens", err2), err2
+    # the whole first run is restored: its two blocks and the partial block its end stored
+    # (prompt + answer but the last answer token, which was never fed)
+    end = len(prompt) + len(out1) - 1
+    assert restored(err2) == (end, len(turn2)), err2
+    assert re.search(r"info prefix-cache: restored %d of \d+ prompt tokens" % end, err2), err2
     # a partial hit: the same history diverging inside the second block
     turn2b = list(turn2)
     turn2b[200] = (turn2b[200] + 1) % vocab
@@ -75,16 +78,21 @@ files = blocks(cdir)
 assert len(files) >= 3, files
 for f in files:
     assert stat.S_IMODE(os.stat(os.path.join(cdir, f)).st_mode) == 0o600
-# flip a byte in the middle of every file of a block [128, 256)
+# flip a byte in the rows of every file of a block [128, 256) (a restore that goes on to a
+# later block reads this one's rows, not its tail)
 damaged = 0
 for f in files:
     p = os.path.join(cdir, f)
     with open(p, "r+b") as fh:
         data = fh.read()
-        p0 = int.from_bytes(data[112:120], "little", signed=True)   # header: p0 at 112
-        if p0 == 128:
-            fh.seek(len(data) // 2)
-            fh.write(bytes([data[len(data) // 2] ^ 0x40]))
+        # header (192 bytes): p0 at 112, p1 at 120, rows_len at 128; then tokens, rows, tail
+        p0 = int.from_bytes(data[112:120], "little", signed=True)
+        p1 = int.from_bytes(data[120:128], "little", signed=True)
+        rows_len = int.from_bytes(data[128:136], "little")
+        if p0 == 128 and p1 == 256:
+            at = 192 + (p1 - p0) * 4 + rows_len // 2
+            fh.seek(at)
+            fh.write(bytes([data[at] ^ 0x40]))
             damaged += 1
 assert damaged >= 1
 got, err = run(model, turn2, 24, "--stats", "--prefix-cache-dir", cdir)

@@ -244,6 +244,66 @@ static void test_prefix_tiers(void **state)
     rmdir(dir);
 }
 
+/* A sequence's end stores its partial last block: a longer prompt that extends the sequence
+ * restores up to that end (not only to the last boundary) and continues bitwise like a full
+ * prefill; only the exact partial matches; a short sequence's partial hangs off the root. */
+static void test_prefix_partial(void **state)
+{
+    (void)state;
+    struct dsv4_err err = { "" };
+    char dir[] = "/tmp/test-session-io.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (int tier = 0; tier < 2; tier++) {     /* RAM, then disk after a reopen */
+        dsv4_pcache *pc;
+        if (dsv4_prefix_cache_open(model, dsv4_engine_config(eng), tier ? 0 : 64 << 20,
+                                   tier ? 64 << 20 : 0, dir, &pc, &err) < 0)
+            fail_msg("cache: %s", err.msg);
+        struct dsv4_prefix_seq q;
+        int64_t got;
+        static const int64_t ends[] = { 200, 50 };  /* after one block; inside the first */
+        for (size_t e = 0; e < DSV4_ARRAY_SIZE(ends); e++) {
+            dsv4_session *a = new_session(N_TOK, 16, 0);
+            dsv4_prefix_seq_init(&q, pc, a, NULL);
+            feed_saving(&q, 0, ends[e]);
+            assert_int_equal(dsv4_prefix_save_end(&q, toks, ends[e], &err), 0);
+            dsv4_session_free(a);
+        }
+        if (tier) {
+            dsv4_pcache_close(pc);
+            if (dsv4_prefix_cache_open(model, dsv4_engine_config(eng), 0, 64 << 20, dir, &pc,
+                                       &err) < 0)
+                fail_msg("cache: %s", err.msg);
+        }
+        /* n → restored: 260 → 200 (128 + the 72-token partial); 201 → 200; 200 → 128 (the
+         * last token is always fed, and a 71-token partial was never stored); 60 → 50 */
+        static const int64_t ns[] = { 260, 201, 200, 60 };
+        static const int64_t want[] = { 200, 200, 128, 50 };
+        for (size_t i = 0; i < DSV4_ARRAY_SIZE(ns); i++) {
+            dsv4_session *b = new_session(N_TOK, 64, 0);
+            dsv4_prefix_seq_init(&q, pc, b, NULL);
+            assert_int_equal(dsv4_prefix_restore(&q, toks, ns[i], &got, &err), 0);
+            if (got != want[i])
+                fail_msg("%s: n %lld restored %lld, want %lld", tier ? "disk" : "ram",
+                         (long long)ns[i], (long long)got, (long long)want[i]);
+            check_continuation(b, got, tier ? "disk partial" : "ram partial");
+            dsv4_session_free(b);
+        }
+        /* a prompt that differs inside the partial's span gets the complete block only */
+        int32_t *other = dsv4_xmalloc(N_TOK * sizeof(int32_t));
+        memcpy(other, toks, N_TOK * sizeof(int32_t));
+        other[150] = (other[150] + 1) % V;
+        dsv4_session *c = new_session(N_TOK, 64, 0);
+        dsv4_prefix_seq_init(&q, pc, c, NULL);
+        assert_int_equal(dsv4_prefix_restore(&q, other, 260, &got, &err), 0);
+        assert_int_equal(got, 128);
+        dsv4_session_free(c);
+        free(other);
+        dsv4_pcache_clear(pc);
+        dsv4_pcache_close(pc);
+    }
+    rmdir(dir);
+}
+
 /* ---- the drafter ---- */
 
 static int32_t greedy(void *ctx, const float *logits, int vocab, int64_t index)
@@ -377,11 +437,13 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_restore_blocks),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_prefix_tiers),
+        cmocka_unit_test(test_prefix_partial),
         cmocka_unit_test(test_drafter_restore),
     };
     /* the drafter's test only where there is a drafter (a TAP skip reads as a failure) */
     int rc = cfg.dspark_stages ? cmocka_run_group_tests(tests, NULL, NULL)
-                               : _cmocka_run_group_tests("tests", tests, 4, NULL, NULL);
+                               : _cmocka_run_group_tests("tests", tests,
+                                                         DSV4_ARRAY_SIZE(tests) - 1, NULL, NULL);
     free(ref);
     dsv4_engine_free(eng);
     return rc;

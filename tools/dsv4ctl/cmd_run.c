@@ -214,6 +214,8 @@ int dsv4ctl_run(int argc, char **argv)
                 rc = dsv4_prefix_save(&pq, hist, n_hist, &err);
         }
     }
+    if (rc == 0 && pc) /* the partial block after the last boundary, for a next turn */
+        rc = dsv4_prefix_save_end(&pq, hist, n_hist, &err);
     uint64_t t_end = dsv4_now_ns();
     if (text) {
         const char *piece;
