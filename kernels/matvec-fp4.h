@@ -221,6 +221,32 @@ INLINE void fp4_block(const int R, const int NX, const int H, const uint8_t *con
     }
 }
 
+/* a tile's weight rows and scales, and its (r, n) factor-range trackers emptied */
+INLINE void fp4_tile_begin(const int R, const int NX, const struct dsv4_fp4_weight *w,
+                           const uint32_t *rows, const uint8_t *wr[4], const uint8_t *sr[4],
+                           __m256i lo[4][4], __m256i hi[4][4], __m256i sm[4][4])
+{
+    const uint32_t nb = w->cols / 32;
+    for (int r = 0; r < R; r++) {
+        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
+        sr[r] = w->scale + (size_t)rows[r] * nb;
+        for (int n = 0; n < NX; n++) {
+            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
+            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
+        }
+    }
+}
+
+/* the block factors of blocks [b0, b0 + m) for every (r, n) of a tile */
+INLINE void fp4_tile_factors(const int R, const int NX, const uint8_t *const sr[4],
+                             const struct fp4_x *xp, uint32_t b0, uint32_t m, float cf[4][4][8],
+                             __m256i lo[4][4], __m256i hi[4][4], __m256i sm[4][4])
+{
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
+            fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n], &sm[r][n]);
+}
+
 /*
  * R weight rows from i0 × NX prepared activation rows, whole rows, accumulators in
  * registers; *ok cleared for an (r, n) whose block factors are not all normal fp32
@@ -234,22 +260,14 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
     const uint8_t *wr[4], *sr[4];
     __m256i lo[4][4], hi[4][4], sm[4][4];
     __m256 acc[4][4][2];
-    for (int r = 0; r < R; r++) {
-        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
-        sr[r] = w->scale + (size_t)rows[r] * nb;
-        for (int n = 0; n < NX; n++) {
+    fp4_tile_begin(R, NX, w, rows, wr, sr, lo, hi, sm);
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
             acc[r][n][0] = acc[r][n][1] = _mm256_setzero_ps();
-            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
-            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
-        }
-    }
     for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
         const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
         float cf[4][4][8] __attribute__((aligned(32)));
-        for (int r = 0; r < R; r++)
-            for (int n = 0; n < NX; n++)
-                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n],
-                            &sm[r][n]);
+        fp4_tile_factors(R, NX, sr, xp, b0, m, cf, lo, hi, sm);
         uint32_t t = 0;
         for (; t + 2 <= m; t += 2) {
             fp4_block(R, NX, 0, wr, xp, b0 + t, cf, t, acc);
@@ -298,22 +316,14 @@ INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *
     const uint8_t *wr[4], *sr[4];
     __m256i lo[4][4], hi[4][4], sm[4][4];
     __m512 acc[4][4];
-    for (int r = 0; r < R; r++) {
-        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
-        sr[r] = w->scale + (size_t)rows[r] * nb;
-        for (int n = 0; n < NX; n++) {
+    fp4_tile_begin(R, NX, w, rows, wr, sr, lo, hi, sm);
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
             acc[r][n] = _mm512_setzero_ps();
-            lo[r][n] = _mm256_set1_epi32(INT32_MAX);
-            hi[r][n] = sm[r][n] = _mm256_set1_epi32(INT32_MIN);
-        }
-    }
     for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
         const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
         float cf[4][4][8] __attribute__((aligned(32)));
-        for (int r = 0; r < R; r++)
-            for (int n = 0; n < NX; n++)
-                fp4_factors(sr[r] + b0, xp[n].eo + b0, m, cf[r][n], &lo[r][n], &hi[r][n],
-                            &sm[r][n]);
+        fp4_tile_factors(R, NX, sr, xp, b0, m, cf, lo, hi, sm);
         uint32_t t = 0;
         for (; t + 2 <= m; t += 2) {
             /* lanes 0-7 take block t's factor, 8-15 block t + 1's */
