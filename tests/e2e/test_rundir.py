@@ -12,6 +12,9 @@ usage: test_rundir.py DSV4CTL MODEL_DIR SCRATCH_DIR
 4. `stop` of a set whose supervisor does not answer SIGTERM (SIGSTOPped) escalates to SIGKILL,
    leaves no process, segment or socket behind, and says so with exit 1 (it used to leave
    both and exit 0).
+5. `stop` waits for the processes it signalled, not for their mappings: a leftover daemon that
+   unmaps its segments on SIGTERM and then takes a second to exit is gone when `stop` returns
+   (it used to return in between, and a random kill in e2e-supervisor-faults caught it).
 """
 import fcntl
 import glob
@@ -106,5 +109,46 @@ assert not socks, socks
 # and the run dir serves a new set
 start(run)
 ctl("stop", "--run-dir", run)
+
+# 5. a leftover daemon (its supervisor gone) that unmaps before it exits
+FAKE = r"""
+import ctypes, mmap, os, signal, sys, time
+ctypes.CDLL(None).prctl(15, b"dsv4-fake", 0, 0, 0)      # PR_SET_NAME: a daemon's comm
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+os.close(fd)
+def term(sig, frame):
+    m.close()                 # the segment goes first ...
+    time.sleep(1.5)           # ... the process a while later
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+slow = os.path.join(base, "slow")
+os.mkdir(slow, 0o700)
+sid = os.urandom(16).hex()
+for name, text in (("shm-id", sid + "\n"), ("supervisor.lock", "")):
+    fd = os.open(os.path.join(slow, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, text.encode())
+    os.close(fd)
+seg = f"/dev/shm/dsv4-{os.geteuid()}-{sid}-compute"
+fake = subprocess.Popen([sys.executable, "-c", FAKE, seg], stdout=subprocess.PIPE, text=True)
+try:
+    assert fake.stdout.readline().strip() == "ready"
+    p = ctl("stop", "--run-dir", slow, "--timeout", "10", check=False, timeout=60)
+    with open(f"/proc/{fake.pid}/stat") as fh:
+        state = fh.read().rsplit(")", 1)[1].split()[0]
+finally:
+    if fake.poll() is None and os.path.exists(f"/proc/{fake.pid}"):
+        with open(f"/proc/{fake.pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                fake.kill()
+assert state == "Z", f"stop returned while the process it stopped still ran ({state}): {p.stderr}"
+assert fake.wait(timeout=10) == 0
+assert p.returncode == 1 and "still ran" in p.stderr, (p.returncode, p.stderr)
+assert not os.path.exists(seg), seg
 print("ok: shared and foreign run dirs refused untouched, a pid-less lock ends stop with 69, a "
-      "killed set leaves nothing (exit 1)")
+      "killed set leaves nothing (exit 1), stop waits for the processes it stopped")

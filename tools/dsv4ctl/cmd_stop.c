@@ -84,6 +84,15 @@ static int set_members(const char *id, int *pids, int max)
     return n;
 }
 
+/* How many of pids[0..n) are still running (a zombie has finished: its parent reaps it). */
+static int still_running(const int *pids, int n)
+{
+    int left = 0;
+    for (int i = 0; i < n; i++)
+        left += kill(pids[i], 0) == 0 && !zombie(pids[i]);
+    return left;
+}
+
 /*
  * What a set left behind: processes (SIGTERM, after `grace` s SIGKILL), then segments,
  * sockets and address files. Holds the run dir's lock meanwhile, so that a `start` racing
@@ -108,14 +117,17 @@ static int sweep(const char *dir, double grace, int *n_procs)
         *n_procs = set_members(id, pids, MAXP);
         for (int i = 0; i < *n_procs; i++)
             kill(pids[i], SIGTERM);
+        /* wait for the processes themselves, not for their mappings: a daemon unmaps its
+         * segments on the way out, some time before it has exited */
         uint64_t t0 = dsv4_now_ns();
         int left;
-        while ((left = set_members(id, pids, MAXP)) > 0 &&
+        while ((left = still_running(pids, *n_procs)) > 0 &&
                (double)(dsv4_now_ns() - t0) / 1e9 < grace)
             usleep(20000);
-        for (int i = 0; i < left; i++)
-            kill(pids[i], SIGKILL);
-        for (int i = 0; i < 250 && set_members(id, pids, MAXP) > 0; i++)
+        for (int i = 0; i < *n_procs; i++)
+            if (kill(pids[i], 0) == 0 && !zombie(pids[i]))
+                kill(pids[i], SIGKILL);
+        for (int i = 0; i < 250 && still_running(pids, *n_procs) > 0; i++)
             usleep(20000);
         if (*n_procs)
             fprintf(stderr, "dsv4ctl stop: %d process%s of the set still ran: %s\n", *n_procs,
