@@ -132,3 +132,9 @@ void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t 
 {
     dsv4_kernel_ops()->dot_f64_many(q, k, nk, n, out);
 }
+
+void dsv4_index_scores(const struct dsv4_index_query *iq, const uint8_t *keys, size_t stride,
+                       size_t nk, float *out)
+{
+    dsv4_kernel_ops()->index_scores(iq, keys, stride, nk, out);
+}

@@ -28,6 +28,12 @@ extern const struct dsv4_kernel_ops dsv4_kernel_ops_scalar;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx2;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx512;
 
+/* index-c.c: the indexer scores' definition, and the largest block-exponent spread of a
+ * (query head, key) pair for which their integer form is exact */
+void dsv4_index_scores_ref(const struct dsv4_index_query *iq, const uint8_t *keys,
+                           size_t stride, size_t nk, float *out);
+int dsv4_index_exact_spread(int d);
+
 static inline float dsv4_lane_reduce(const float a[DSV4_LANES])
 {
     float v[8];

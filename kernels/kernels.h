@@ -102,6 +102,31 @@ double dsv4_dot_f64(const float *a, const float *b, size_t n);
 /* out[j] = dsv4_dot_f64(q, k[j], n) for j < nk, same bits, several dots interleaved. */
 void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t n, double *out);
 
+/*
+ * Lightning indexer scores (spec §11; docs/numerics.md): a query of nh heads of d values
+ * (d a multiple of 32, each 32-block as dsv4_fp4_qdq leaves it, heads d apart) with nh head
+ * weights, against nk keys packed by dsv4_fp4_pack with block 32 (d/2 code bytes, then d/32
+ * E8M0 bytes), `stride` bytes apart:
+ *   out[w] = bf16(float(Σ_h bf16(max(bf16(float(dsv4_dot_f64(q_h, k_w))), 0) · wt_h)))
+ * with the head sum in double in ascending h. dsv4_index_query_init prepares a query once (the
+ * twins' integer form of it, when it exists) and keeps q and wt by reference; any number of
+ * threads may then score keys against it.
+ */
+struct dsv4_index_query {
+    const float *q, *wt;
+    int nh, d;
+    bool exact_int;     /* the integer form below holds (else every key takes the definition) */
+    int qspread;        /* max over heads of (max − min block exponent) */
+    int32_t *qi;        /* [d/8 slots][lo, hi][nh]: four doubled E2M1 values (int8) */
+    int32_t *qsum12;    /* [d/32][nh]: 12 · Σ of the block's doubled values */
+    double *qscale;     /* [d/32][nh]: 2^(e − 128), e the block's E8M0 byte */
+};
+void dsv4_index_query_init(struct dsv4_index_query *iq, const float *q, const float *wt, int nh,
+                           int d);
+void dsv4_index_query_free(struct dsv4_index_query *iq);
+void dsv4_index_scores(const struct dsv4_index_query *iq, const uint8_t *keys, size_t stride,
+                       size_t nk, float *out);
+
 /* Accumulation order, NaN/Inf behaviour and the error bound: docs/numerics.md. The
  * threaded forms (split over a dsv4_pool) are in matvec-mt.h, library
  * libdsv4kernels_mt. */
@@ -127,6 +152,8 @@ struct dsv4_kernel_ops {
                                size_t, uint32_t, uint32_t);
     double (*dot_f64)(const float *, const float *, size_t);
     void (*dot_f64_many)(const float *, const float *const *, size_t, size_t, double *);
+    void (*index_scores)(const struct dsv4_index_query *, const uint8_t *, size_t, size_t,
+                         float *);
 };
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */

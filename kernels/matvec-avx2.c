@@ -78,6 +78,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 #include "matvec-tile.h"
 #include "matvec-fp4.h"
 #include "dot-simd.h"
+#include "index-simd.h"
 
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .isa = DSV4_ISA_AVX2,
@@ -88,4 +89,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .matvec_fp8_nanfree = matvec_fp8_nanfree_simd,
     .dot_f64 = dot_f64_simd,
     .dot_f64_many = dot_f64_many_simd,
+    .index_scores = index_scores_simd,
 };

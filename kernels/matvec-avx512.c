@@ -79,6 +79,8 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define FP4_ZMM 1
 #include "matvec-fp4.h"
 #include "dot-simd.h"
+#define INDEX_ZMM 1
+#include "index-simd.h"
 
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .isa = DSV4_ISA_AVX512,
@@ -89,4 +91,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .matvec_fp8_nanfree = matvec_fp8_nanfree_simd,
     .dot_f64 = dot_f64_simd,
     .dot_f64_many = dot_f64_many_simd,
+    .index_scores = index_scores_simd,
 };

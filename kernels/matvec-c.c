@@ -133,4 +133,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .matvec_fp8_nanfree = matvec_fp8_c, /* the reference has nothing to skip */
     .dot_f64 = dot_f64_c,
     .dot_f64_many = dot_f64_many_c,
+    .index_scores = dsv4_index_scores_ref,
 };

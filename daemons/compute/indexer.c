@@ -47,52 +47,80 @@ void indexer_project(dsv4_session *bs, int layer, const float *a, const float *q
         sc->wt[i] = dsv4_bf16_round(dsv4_bf16_round(sc->wt[i]) * (float)c->index_scale);
 }
 
-/* one query row's scoring: its keys [w0, w1) into tmp */
+/* one query row's scoring, split over the pool by keys */
 struct score_job {
-    dsv4_session *bs;
-    const struct layer_state *st;
-    const float *const *qh;     /* the row's query heads */
-    const float *wt;            /* their weights */
-    struct scored *tmp;
+    const struct dsv4_index_query *iq;
+    const uint8_t *keys;
+    size_t stride;
+    float *out;
     int nrow;
 };
-
-/* score of key w: Σ_h bf16(relu(bf16(q_h·k)) · wt_h) in head order, bf16 */
-static void score_range(const struct score_job *j, int w0, int w1, float *key, double *dots)
-{
-    const struct dsv4_config *c = &j->bs->e->cfg;
-    int ih = c->index_n_heads, ihd = c->index_head_dim;
-    size_t ikb = dsv4_ikey_row_bytes(c);
-    for (int w = w0; w < w1; w++) {
-        ikey_unpack(c, j->st->irows + (size_t)w * ikb, key);
-        /* the key against every head at once: same bits as dot_f64(q_h, key) (the exact
-         * products are symmetric and the chains the same), the key loaded once */
-        dsv4_dot_f64_many(key, j->qh, (size_t)ih, (size_t)ihd, dots);
-        double tot = 0.0;
-        for (int h = 0; h < ih; h++) {
-            float dot = dsv4_bf16_round((float)dots[h]);
-            tot += dsv4_bf16_round(fmaxf(dot, 0.0f) * j->wt[h]);
-        }
-        j->tmp[w].s = dsv4_bf16_round((float)tot);
-        j->tmp[w].i = w;
-    }
-}
-
-/* per worker: the unpacked key, then the heads' dots (doubles), in its attn_tmp share */
-static size_t score_tmp_floats(const struct dsv4_config *c)
-{
-    return ((size_t)c->index_head_dim + 1) / 2 * 2 + 2 * (size_t)c->index_n_heads;
-}
 
 static void score_worker(void *ctx, int worker, int n_workers)
 {
     const struct score_job *j = ctx;
-    const struct dsv4_config *c = &j->bs->e->cfg;
     unsigned long b, en;
-    dsv4_pool_split((unsigned long)j->nrow, 1, worker, n_workers, &b, &en);
-    float *key = j->bs->s.attn_tmp + (size_t)worker * DSV4_ATTN_TMP(c);
-    double *dots = (double *)(void *)(key + ((size_t)c->index_head_dim + 1) / 2 * 2);
-    score_range(j, (int)b, (int)en, key, dots);
+    dsv4_pool_split((unsigned long)j->nrow, 16, worker, n_workers, &b, &en);
+    dsv4_index_scores(j->iq, j->keys + b * j->stride, j->stride, en - b, j->out + b);
+}
+
+static bool before(const struct scored *a, const struct scored *b)
+{
+    return a->s > b->s || (a->s == b->s && a->i < b->i);
+}
+
+static void swap_scored(struct scored *a, struct scored *b)
+{
+    struct scored t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/*
+ * The k first of t[0..n) in cmp_scored's order, in that order, at t[0..k). Without NaN the
+ * order is strict and total (indices differ), so selecting the k first (quickselect, median
+ * of three) and sorting only them gives what sorting all n gives; a NaN score sorts all n as
+ * before (cmp_scored is no order then, and its result is what the definition means).
+ */
+static void topk_scored(struct scored *t, int n, int k)
+{
+    bool nan = false;
+    for (int i = 0; i < n && !nan; i++)
+        nan = isnan(t[i].s);
+    if (nan || k >= n || n < 64) {
+        qsort(t, (size_t)n, sizeof(*t), cmp_scored);
+        return;
+    }
+    int lo = 0, hi = n - 1;     /* the k-th first lies in [lo, hi] */
+    while (hi - lo > 16) {
+        int mid = lo + (hi - lo) / 2;
+        if (before(&t[mid], &t[lo]))
+            swap_scored(&t[mid], &t[lo]);
+        if (before(&t[hi], &t[lo]))
+            swap_scored(&t[hi], &t[lo]);
+        if (before(&t[hi], &t[mid]))
+            swap_scored(&t[hi], &t[mid]);
+        struct scored p = t[mid];   /* t[lo] ≤ p ≤ t[hi] in the order */
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (before(&t[i], &p))
+                i++;
+            while (before(&p, &t[j]))
+                j--;
+            if (i <= j)
+                swap_scored(&t[i++], &t[j--]);
+        }
+        /* now t[lo..j] ≤ p ≤ t[i..hi], and t[j+1..i-1] == p */
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else {
+            hi = k - 1;     /* the pivot is the k-th: t[0..k) are the k first */
+            break;
+        }
+    }
+    qsort(t, (size_t)(hi + 1 < n ? hi + 1 : n), sizeof(*t), cmp_scored);
 }
 
 void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
@@ -103,11 +131,9 @@ void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
     const struct layer_state *st = &g->s->ls[layer];
     struct scratch *sc = &bs->s;
     int ih = c->index_n_heads, ihd = c->index_head_dim;
-    const float **qh = dsv4_xmalloc((size_t)DSV4_MAX(ih, 1) * sizeof(*qh));
-    /* attn_tmp's per-worker share holds the key and the dots on every real config; the
-     * pool splits the keys only when it does (and the work pays for a dispatch) */
-    const bool fits = score_tmp_floats(c) <= DSV4_ATTN_TMP(c);
-
+    /* the segment's last row sees the most keys */
+    int64_t most = (g->pos0 + g->n) / lw->ratio;
+    float *scores = dsv4_xmalloc((size_t)DSV4_MAX(most, 1) * sizeof(*scores));
     struct scored *tmp = (struct scored *)sc->iscore;
     for (int i = 0; i < g->n; i++) {
         int r = g->r0 + i;
@@ -115,23 +141,22 @@ void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
         int nrow = (int)((t + 1) / lw->ratio);
         int k = DSV4_MIN(c->index_topk, nrow);
         int *sel = sc->sel + (size_t)r * bs->max_visible;
-        for (int h = 0; h < ih; h++)
-            qh[h] = sc->qi + ((size_t)r * ih + h) * ihd;
-        struct score_job job = {bs, st, qh, sc->wt + (size_t)r * ih, tmp, nrow};
-        if (fits && dsv4_pool_size(e->pool) > 1 &&
-            (uint64_t)nrow * (uint64_t)ih * (uint64_t)ihd >= (1u << 20)) {
+        struct dsv4_index_query iq;
+        dsv4_index_query_init(&iq, sc->qi + (size_t)r * ih * ihd, sc->wt + (size_t)r * ih, ih,
+                              ihd);
+        struct score_job job = {&iq, st->irows, dsv4_ikey_row_bytes(c), scores, nrow};
+        /* the pool splits the keys when the work pays for a dispatch */
+        if (dsv4_pool_size(e->pool) > 1 && (uint64_t)nrow * (uint64_t)ih * (uint64_t)ihd >= (1u << 20))
             dsv4_pool_run(e->pool, score_worker, &job);
-        } else if (fits) {
+        else
             score_worker(&job, 0, 1);
-        } else {
-            double *dots = dsv4_xmalloc((size_t)DSV4_MAX(ih, 1) * sizeof(*dots));
-            score_range(&job, 0, nrow, sc->krow, dots);
-            free(dots);
-        }
-        qsort(tmp, (size_t)nrow, sizeof(*tmp), cmp_scored);
+        dsv4_index_query_free(&iq);
+        for (int w = 0; w < nrow; w++)
+            tmp[w] = (struct scored){scores[w], w};
+        topk_scored(tmp, nrow, k);
         for (int j = 0; j < k; j++)
             sel[j] = tmp[j].i;
         sc->nsel[r] = k;
     }
-    free(qh);
+    free(scores);
 }

@@ -698,6 +698,121 @@ static void test_bf16_special(void **state)
     assert_true(isinf(y[3]) && isnan(y[4]) && isinf(y[5]));
 }
 
+/* ---- lightning indexer scores ---- */
+
+/* the definition, written out: unpack, the dot's chains, the head sum in head order */
+static void index_doc(const float *q, const float *wt, int nh, int d, const uint8_t *keys,
+                      size_t stride, size_t nk, float *out)
+{
+    float *key = malloc((size_t)d * sizeof(float));
+    for (size_t w = 0; w < nk; w++) {
+        dsv4_fp4_unpack(keys + w * stride, keys + w * stride + d / 2, (size_t)d, 32, key);
+        double tot = 0.0;
+        for (int h = 0; h < nh; h++) {
+            float dot = dsv4_bf16_round((float)dot_doc(q + (size_t)h * d, key, (size_t)d));
+            tot += dsv4_bf16_round(fmaxf(dot, 0.0f) * wt[h]);
+        }
+        out[w] = dsv4_bf16_round((float)tot);
+    }
+    free(key);
+}
+
+/* FP4-QDQ'd random values, block b's magnitude 2^spread(b) */
+static void rnd_fp4(float *x, int d, int spread)
+{
+    for (int b = 0; b < d / 32; b++) {
+        float s = ldexpf(1.0f, spread ? (int)(rnd() % (unsigned)(2 * spread + 1)) - spread : 0);
+        for (int i = 32 * b; i < 32 * b + 32; i++)
+            x[i] = rnd_f(s);
+    }
+    dsv4_fp4_qdq(x, (size_t)d, 32);
+}
+
+static void test_index_scores(void **state)
+{
+    select_twin(state);
+    static const int dims[] = {32, 64, 128, 256};
+    static const int heads[] = {1, 3, 16, 64};
+    static const size_t nks[] = {0, 1, 7, 8, 9, 15, 16, 17, 33, 100};
+    enum { NKMAX = 100 };
+    int fast = 0;
+    for (int round = 0; round < 5; round++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+                const int d = dims[di], nh = heads[hi];
+                const size_t stride = (size_t)d / 2 + (size_t)d / 32 + (round % 2 ? 3 : 0);
+                float *q = malloc((size_t)nh * d * sizeof(float)), *wt = malloc(nh * sizeof(float));
+                float *kf = malloc((size_t)d * sizeof(float));
+                uint8_t *keys = malloc(NKMAX * stride);
+                float ref[NKMAX], got[NKMAX];
+                /* round 1: keys' blocks 2^±20 apart (pairs past the exact bound take the
+                 * definition); 2: a NaN key block, zero and -0 blocks; 3: an infinite weight;
+                 * 4: a query head's blocks 2^50 apart (no integer form at all) */
+                for (int h = 0; h < nh; h++)
+                    rnd_fp4(q + (size_t)h * d, d, 3);
+                if (round == 4)     /* exact powers of two: still FP4-QDQ'd values */
+                    for (int i = 0; i < d; i++)
+                        q[(size_t)(nh - 1) * d + i] *= i < 32 ? 0x1p-30f : i >= d - 32 ? 0x1p20f : 1;
+                for (int h = 0; h < nh; h++)
+                    wt[h] = dsv4_bf16_round(rnd_f(2.0f));
+                if (round == 3)
+                    wt[nh / 2] = -INFINITY;
+                memset(keys, 0xA5, NKMAX * stride);
+                for (size_t w = 0; w < NKMAX; w++) {
+                    rnd_fp4(kf, d, round == 1 ? 20 : 3);
+                    if (round == 2 && w % 5 == 1)
+                        for (int i = 0; i < 32; i++)
+                            kf[d - 32 + i] = w % 2 ? 0.0f : -0.0f;
+                    dsv4_fp4_pack(kf, (size_t)d, 32, keys + w * stride, keys + w * stride + d / 2);
+                    if (round == 2 && w % 7 == 3)
+                        keys[w * stride + d / 2 + (w / 7) % (size_t)(d / 32)] = 0xFF;
+                }
+                struct dsv4_index_query iq;
+                dsv4_index_query_init(&iq, q, wt, nh, d);
+                assert_int_equal(iq.exact_int, round != 3 && (round != 4 || d == 32));
+                fast += iq.exact_int;
+                for (size_t ni = 0; ni < sizeof nks / sizeof nks[0]; ni++) {
+                    const size_t nk = nks[ni];
+                    index_doc(q, wt, nh, d, keys, stride, nk, ref);
+                    memset(got, 0x7F, sizeof got);
+                    under_test->index_scores(&iq, keys, stride, nk, got);
+                    for (size_t w = 0; w < nk; w++)
+                        if (!same_bits(got[w], ref[w]))
+                            fail_msg("%s index d=%d nh=%d nk=%zu round %d key %zu: %a != %a",
+                                     under_test->name, d, nh, nk, round, w, (double)got[w],
+                                     (double)ref[w]);
+                }
+                dsv4_index_query_free(&iq);
+                free(q);
+                free(wt);
+                free(kf);
+                free(keys);
+            }
+    assert_true(fast > 0);
+
+    /* a pair past the exact bound where it matters: the products 2^60 (element 0), 1 (33)
+     * and -2^60 (64) give 1 in dot_f64's chains (0 and 64 share chain 0, 33 is in chain 1)
+     * but 0 when added block by block in double; the score must be the definition's 1 */
+    enum { D = 128, NK = 16 };
+    static float qc[D], kc[D];
+    uint8_t kb[NK][D / 2 + D / 32];
+    qc[0] = qc[33] = qc[64] = 1.0f;
+    kc[0] = 0x1p60f;
+    kc[33] = 1.0f;
+    kc[64] = -0x1p60f;
+    for (int w = 0; w < NK; w++)
+        dsv4_fp4_pack(kc, D, 32, kb[w], kb[w] + D / 2);
+    const float one = 1.0f;
+    struct dsv4_index_query iq;
+    dsv4_index_query_init(&iq, qc, &one, 1, D);
+    assert_true(iq.exact_int);
+    float out[NK];
+    under_test->index_scores(&iq, kb[0], sizeof kb[0], NK, out);
+    for (int w = 0; w < NK; w++)
+        assert_true(out[w] == 1.0f);
+    dsv4_index_query_free(&iq);
+}
+
 /* ---- dispatch ---- */
 
 static void test_dispatch(void **state)
@@ -745,6 +860,7 @@ int main(void)
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
         {"dot_f64", test_dot_f64},
+        {"index_scores", test_index_scores},
     };
     enum { NT = sizeof per_twin / sizeof per_twin[0] };
     /* one test per (case, twin) that this CPU runs: a twin it lacks is named, not
