@@ -101,6 +101,8 @@ void dsv4_matvec_bf16(const struct dsv4_bf16_weight *w, const float *x, size_t n
 double dsv4_dot_f64(const float *a, const float *b, size_t n);
 /* out[j] = dsv4_dot_f64(q, k[j], n) for j < nk, same bits, several dots interleaved. */
 void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t n, double *out);
+/* y[i] = y[i] + a·x[i] in double, the product and the sum each rounded (no fused form). */
+void dsv4_axpy_f64(double *y, double a, const float *x, size_t n);
 
 /*
  * Lightning indexer scores (spec §11; docs/numerics.md): a query of nh heads of d values
@@ -154,6 +156,7 @@ struct dsv4_kernel_ops {
     void (*dot_f64_many)(const float *, const float *const *, size_t, size_t, double *);
     void (*index_scores)(const struct dsv4_index_query *, const uint8_t *, size_t, size_t,
                          float *);
+    void (*axpy_f64)(double *, double, const float *, size_t);
 };
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */

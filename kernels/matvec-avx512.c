@@ -78,6 +78,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #include "matvec-tile.h"
 #define FP4_ZMM 1
 #include "matvec-fp4.h"
+#define DOT_ZMM 1
 #include "dot-simd.h"
 #define INDEX_ZMM 1
 #include "index-simd.h"
@@ -92,4 +93,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .dot_f64 = dot_f64_simd,
     .dot_f64_many = dot_f64_many_simd,
     .index_scores = index_scores_simd,
+    .axpy_f64 = axpy_f64_simd,
 };

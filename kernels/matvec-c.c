@@ -124,6 +124,12 @@ static void dot_f64_many_c(const float *q, const float *const *k, size_t nk, siz
         out[j] = dot_f64_c(q, k[j], n);
 }
 
+static void axpy_f64_c(double *y, double a, const float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * (double)x[i];
+}
+
 const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .isa = DSV4_ISA_SCALAR,
     .name = "scalar",
@@ -134,4 +140,5 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .dot_f64 = dot_f64_c,
     .dot_f64_many = dot_f64_many_c,
     .index_scores = dsv4_index_scores_ref,
+    .axpy_f64 = axpy_f64_c,
 };

@@ -11,21 +11,35 @@
  * projections (matvecs). Not a test: figures only.
  *
  *   bench-attention --model DIR [--positions 1024,8192,65536,1048576] [--threads N]
- *                   [--reps N]
+ *                   [--reps N] [--decode [--cache-gb G]] [--cpu-time]
  *
- * Each figure is the fastest of --reps calls after two warm-up calls.
+ * With --decode it also times whole decode steps (dsv4_session_forward of one token: every
+ * layer, the routed experts from an in-process cache of --cache-gb, the head) at each P, and
+ * prints decode tok/s at P over tok/s at the smallest P: the end-to-end cost of the context.
+ *
+ * Each figure is the fastest of --reps calls after two warm-up calls (which also bring the
+ * routed experts of that step into the cache).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "util.h"
 
+static int cpu_time;    /* --cpu-time: the process's CPU time, which a loaded machine's time
+                           slicing does not inflate (meaningful with --threads 1) */
+
 static double now_s(void)
 {
+    if (cpu_time) {
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
     return (double)dsv4_now_ns() * 1e-9;
 }
 
@@ -86,6 +100,28 @@ static double time_layer(dsv4_engine *e, dsv4_session *s, int l, int64_t p, int 
     return t[0];
 }
 
+/* fastest of `reps` whole decode steps of one token at position p */
+static double time_decode(dsv4_session *s, int64_t p, int reps)
+{
+    double best = 1e30;
+    struct dsv4_err err = {0};
+    float *logits = dsv4_xmalloc((size_t)s->e->cfg.vocab_size * sizeof(*logits));
+    for (int i = -2; i < reps; i++) {
+        s->pos = p;
+        const int32_t tok = 1;
+        double t0 = now_s();
+        if (dsv4_session_forward(s, &tok, 1, DSV4_LOGITS_LAST, logits, &err) < 0) {
+            fprintf(stderr, "bench-attention: forward at %lld: %s\n", (long long)p, err.msg);
+            exit(1);
+        }
+        double t = now_s() - t0;
+        if (i >= 0 && t < best)
+            best = t;
+    }
+    free(logits);
+    return best;
+}
+
 static int parse_positions(const char *arg, int64_t *pos, int max)
 {
     int n = 0;
@@ -112,7 +148,8 @@ int main(int argc, char **argv)
 {
     const char *model = NULL;
     int64_t pos[16] = {1024, 8192, 65536, 1048576};
-    int npos = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 9;
+    int npos = 4, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), reps = 9, decode = 0;
+    double cache_gb = 8;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
@@ -122,20 +159,28 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
             reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--decode"))
+            decode = 1;
+        else if (!strcmp(argv[i], "--cpu-time"))
+            cpu_time = 1;
+        else if (!strcmp(argv[i], "--cache-gb") && i + 1 < argc)
+            cache_gb = atof(argv[++i]);
         else {
             fprintf(stderr,
-                    "usage: %s --model DIR [--positions P,P,...] [--threads N] [--reps N]\n",
+                    "usage: %s --model DIR [--positions P,P,...] [--threads N] [--reps N] "
+                    "[--decode [--cache-gb G]] [--cpu-time]\n",
                     argv[0]);
             return 2;
         }
     }
-    if (!model || npos < 1 || threads < 1 || reps < 1) {
+    if (!model || npos < 1 || threads < 1 || reps < 1 || !(cache_gb > 0 && cache_gb < 1e6)) {
         fprintf(stderr, "bench-attention: --model DIR is required (and counts must be ≥ 1)\n");
         return 2;
     }
     struct dsv4_err err = {0};
     dsv4_engine *e = NULL;
-    struct dsv4_engine_opts eo = {.n_threads = threads, .step_rows = 1};
+    struct dsv4_engine_opts eo = {.n_threads = threads, .step_rows = 1,
+                                  .expert_cache_bytes = (uint64_t)(cache_gb * 1073741824.0)};
     if (dsv4_engine_open(model, &eo, &e, &err) < 0) {
         fprintf(stderr, "bench-attention: %s\n", err.msg);
         return 1;
@@ -163,8 +208,9 @@ int main(int argc, char **argv)
     double load[3] = {0};
     if (getloadavg(load, 3) < 0)
         load[0] = -1;
-    printf("# hardware: %s, %ld cpus, %d threads used, load %.2f\n", host,
-           sysconf(_SC_NPROCESSORS_ONLN), threads, load[0]);
+    printf("# hardware: %s, %ld cpus, %d threads used, load %.2f, kernels %s, %s\n", host,
+           sysconf(_SC_NPROCESSORS_ONLN), threads, load[0], dsv4_kernel_ops()->name,
+           cpu_time ? "process CPU time" : "wall clock");
     printf("# model %s: dim %d, %d heads × %d, window %d, index_topk %d, %d index heads × %d\n",
            model, c->dim, c->n_heads, c->head_dim, c->window, c->index_topk, c->index_n_heads,
            c->index_head_dim);
@@ -197,6 +243,28 @@ int main(int argc, char **argv)
             double ctx = t - base;
             printf("| %s %d | %lld | %.3f | %.3f | %.2f |\n", names[k], l, (long long)pos[i],
                    t * 1e3, ctx * 1e3, base > 0 ? ctx / base : 0.0);
+            fflush(stdout);
+            dsv4_session_free(s);
+        }
+    }
+    if (decode) {
+        printf("\n| decode step | P | ms | tok/s | ÷ tok/s at %lld |\n|---|---:|---:|---:|---:|\n",
+               (long long)pos[0]);
+        double base = -1;
+        for (int i = 0; i < npos; i++) {
+            struct dsv4_session_opts so = {.max_ctx = pos[i] + 1};
+            dsv4_session *s = NULL;
+            if (dsv4_session_new(e, &so, &s, &err) < 0) {
+                printf("| all layers | %lld | session: %s | | |\n", (long long)pos[i], err.msg);
+                err = (struct dsv4_err){0};
+                continue;
+            }
+            fill_state(s, c);
+            double t = time_decode(s, pos[i], reps);
+            if (base < 0)
+                base = t;
+            printf("| all %d layers + head | %lld | %.3f | %.2f | %.3f |\n", c->n_layers,
+                   (long long)pos[i], t * 1e3, 1.0 / t, base / t);
             fflush(stdout);
             dsv4_session_free(s);
         }

@@ -65,17 +65,25 @@ static void attend_heads(dsv4_session *s, int r, int h0, int h1, const float *si
             }
             kr[j - b0] = k;
         }
+        /* the block's rows that exist, for dot_f64_many */
+        const float *kk[64];
+        int jj[64], nk = 0;
+        for (int j = 0; j < b1 - b0; j++)
+            if (kr[j]) {
+                kk[nk] = kr[j];
+                jj[nk++] = j;
+            }
         for (int hi = 0; hi < nh; hi++) {
             const float *q = s->s.q + ((size_t)r * c->n_heads + h0 + hi) * D;
             float *ah = acc + (size_t)hi * D;
             float bm = m[hi];
-            for (int j = 0; j < b1 - b0; j++) {
-                if (!kr[j]) {
-                    sc[j] = -INFINITY;
-                    continue;
-                }
-                sc[j] = (float)dot_f64(q, kr[j], D) * scale;
-                bm = fmaxf(bm, sc[j]);
+            double dots[64];
+            dsv4_dot_f64_many(q, kk, (size_t)nk, (size_t)D, dots);
+            for (int j = 0; j < b1 - b0; j++)
+                sc[j] = -INFINITY;
+            for (int t = 0; t < nk; t++) {
+                sc[jj[t]] = (float)dots[t] * scale;
+                bm = fmaxf(bm, sc[jj[t]]);
             }
             if (bm == -INFINITY)
                 continue;
@@ -88,9 +96,7 @@ static void attend_heads(dsv4_session *s, int r, int h0, int h1, const float *si
                     continue;
                 float p = (float)exp((double)(sc[j] - bm));
                 bsum += p;
-                double pb = dsv4_bf16_round(p);
-                for (int k = 0; k < D; k++)
-                    pv[k] += pb * kv[k];
+                dsv4_axpy_f64(pv, dsv4_bf16_round(p), kv, (size_t)D);
             }
             l[hi] = l[hi] * alpha + (float)bsum;
             for (int k = 0; k < D; k++)

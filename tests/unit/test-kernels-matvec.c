@@ -638,6 +638,18 @@ static void test_dot_f64(void **state)
                     fail_msg("%s dot n=%zu round %d: %.17g != %.17g", under_test->name, n, round,
                              got, ref);
             }
+            /* y += a·x with a not a short number: a fused multiply-add would round once */
+            double y[NMAX], yref[NMAX];
+            double a = round == 2 ? (double)NAN : (double)rnd_f(1.0f) / 3.0;
+            for (size_t i = 0; i < n; i++)
+                y[i] = yref[i] = (double)rnd_f(4.0f) / 7.0;
+            for (size_t i = 0; i < n; i++)
+                yref[i] = yref[i] + a * (double)q[i];
+            under_test->axpy_f64(y, a, q, n);
+            for (size_t i = 0; i < n; i++)
+                if (!same_f64(y[i], yref[i]))
+                    fail_msg("%s axpy n=%zu round %d #%zu: %.17g != %.17g", under_test->name, n,
+                             round, i, y[i], yref[i]);
             for (size_t nk = 0; nk <= NK; nk++) {
                 under_test->dot_f64_many(q, k, nk, n, out);
                 for (size_t j = 0; j < nk; j++)
