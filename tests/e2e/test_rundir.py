@@ -15,6 +15,9 @@ usage: test_rundir.py DSV4CTL MODEL_DIR SCRATCH_DIR
 5. `stop` waits for the processes it signalled, not for their mappings: a leftover daemon that
    unmaps its segments on SIGTERM and then takes a second to exit is gone when `stop` returns
    (it used to return in between, and a random kill in e2e-supervisor-faults caught it).
+6. A leftover daemon that has already unmapped the set's segments (on its way out; under a
+   sanitizer the exit's leak check takes a while) is still found, by the run dir it was started
+   with (given relative to its working directory), and is gone when `stop` returns.
 """
 import fcntl
 import glob
@@ -150,5 +153,40 @@ assert state == "Z", f"stop returned while the process it stopped still ran ({st
 assert fake.wait(timeout=10) == 0
 assert p.returncode == 1 and "still ran" in p.stderr, (p.returncode, p.stderr)
 assert not os.path.exists(seg), seg
+
+# 6. a leftover daemon that maps nothing any more, found by its --run-dir
+UNMAPPED = r"""
+import ctypes, signal, sys, time
+ctypes.CDLL(None).prctl(15, b"dsv4-fake", 0, 0, 0)
+def term(sig, frame):
+    time.sleep(1.5)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+gone = os.path.join(base, "gone")
+os.mkdir(gone, 0o700)
+for name, text in (("shm-id", os.urandom(16).hex() + "\n"), ("supervisor.lock", "")):
+    fd = os.open(os.path.join(gone, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, text.encode())
+    os.close(fd)
+fake = subprocess.Popen([sys.executable, "-c", UNMAPPED, "--run-dir", "gone"], cwd=base,
+                        stdout=subprocess.PIPE, text=True)
+try:
+    assert fake.stdout.readline().strip() == "ready"
+    p = ctl("stop", "--run-dir", gone, "--timeout", "10", check=False, timeout=60)
+    with open(f"/proc/{fake.pid}/stat") as fh:
+        state = fh.read().rsplit(")", 1)[1].split()[0]
+finally:
+    if fake.poll() is None and os.path.exists(f"/proc/{fake.pid}"):
+        with open(f"/proc/{fake.pid}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] != "Z":
+                fake.kill()
+assert state == "Z", f"stop left a daemon of the set that mapped nothing ({state}): {p.stderr}"
+assert fake.wait(timeout=10) == 0
+assert p.returncode == 1 and "still ran" in p.stderr, (p.returncode, p.stderr)
 print("ok: shared and foreign run dirs refused untouched, a pid-less lock ends stop with 69, a "
-      "killed set leaves nothing (exit 1), stop waits for the processes it stopped")
+      "killed set leaves nothing (exit 1), stop waits for the processes it stopped and finds "
+      "those that mapped nothing by their run dir")

@@ -8,7 +8,8 @@
  *
  * Then, and also when no supervisor runs (it may have been killed: its daemons follow it
  * through their parent-death signal but nobody removes what they used), stop verifies: any
- * daemon (dsv4-*) still mapping one of the set's segments is stopped (SIGTERM, then SIGKILL),
+ * daemon (dsv4-*) still mapping one of the set's segments or started with its run dir is
+ * stopped (SIGTERM, then SIGKILL; stop waits until each is gone),
  * the set's segments, sockets and address files are removed, and what was found is said; the
  * exit status is 1 when the set had to be cleaned up after, 0 for a clean stop.
  */
@@ -16,12 +17,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dsv4ctl.h"
@@ -30,24 +33,71 @@
 #include "shm.h"
 #include "util.h"
 
-static bool zombie(int pid)
+/* A process of pid: whether it exists and has not finished (a zombie has: its parent reaps
+ * it), and its start time in clock ticks since boot (/proc/PID/stat field 22), which tells a
+ * reused pid from the process seen before. */
+static bool running(int pid, unsigned long long *start)
 {
-    char path[64], buf[256];
+    char path[64], buf[1024];
     snprintf(path, sizeof(path), "/proc/%d/stat", pid);
     FILE *f = fopen(path, "r");
     if (!f)
-        return true;
+        return false;
     size_t n = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
     buf[n] = '\0';
-    const char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] == 'Z';
+    const char *p = strrchr(buf, ')');   /* the name may hold spaces and parentheses */
+    char state;
+    unsigned long long st;
+    if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s "
+                            "%*s %*s %*s %llu", &state, &st) != 2)
+        return false;
+    if (start)
+        *start = st;
+    return state != 'Z';
 }
 
-/* Our daemons (dsv4-*: not a dsv4ctl client, which maps the scheduler's page too) that map a
- * segment of the set named by `id` (every daemon maps its stats page for its whole life):
- * pids into pids[0..max), the count returned. */
-static int set_members(const char *id, int *pids, int max)
+struct member {
+    int pid;
+    unsigned long long start;   /* see running() */
+};
+
+/* Whether our process pid was started with `--run-dir D`, D being the directory `real`
+ * (realpath'd; a relative D is taken from the process's own working directory). */
+static bool started_in(int pid, const char *real)
+{
+    char path[64], buf[8192];
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%d", pid);
+    if (!real || stat(path, &st) < 0 || st.st_uid != geteuid())
+        return false;
+    snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n; i += strlen(buf + i) + 1) {
+        if (strcmp(buf + i, "--run-dir") || i + 10 >= n)
+            continue;
+        const char *arg = buf + i + 10;
+        char full[DSV4_PATH_MAX + 64], res[PATH_MAX];
+        if (arg[0] == '/')
+            snprintf(full, sizeof(full), "%s", arg);
+        else
+            snprintf(full, sizeof(full), "/proc/%d/cwd/%s", pid, arg);
+        return realpath(full, res) && !strcmp(res, real);
+    }
+    return false;
+}
+
+/* Our daemons (dsv4-*: not a dsv4ctl client, which maps the scheduler's page too) of the set
+ * named by `id` in run dir `real` (realpath'd, or NULL): those that map one of its segments
+ * (every daemon maps its stats page until it exits) and those started with its run dir (a
+ * daemon on its way out has unmapped them, and under a sanitizer the exit's leak check still
+ * takes a while): into m[0..max), the count returned. */
+static int set_members(const char *id, const char *real, struct member *m, int max)
 {
     char needle[96];
     snprintf(needle, sizeof(needle), "/dsv4-%u-%s-", (unsigned)geteuid(), id);
@@ -71,25 +121,32 @@ static int set_members(const char *id, int *pids, int max)
             continue;
         snprintf(path, sizeof(path), "/proc/%d/maps", pid);
         f = fopen(path, "r");   /* another user's: EACCES, not ours to look at */
-        if (!f)
-            continue;
         bool hit = false;
-        while (!hit && fgets(line, sizeof(line), f))
+        while (f && !hit && fgets(line, sizeof(line), f))
             hit = strstr(line, needle) != NULL;
-        fclose(f);
-        if (hit)
-            pids[n++] = pid;
+        if (f)
+            fclose(f);
+        hit = hit || (f && started_in(pid, real));
+        if (hit && running(pid, &m[n].start))
+            m[n++].pid = pid;
     }
     closedir(d);
     return n;
 }
 
-/* How many of pids[0..n) are still running (a zombie has finished: its parent reaps it). */
-static int still_running(const int *pids, int n)
+/* Whether m is still the process set_members saw (not finished, its pid not reused). */
+static bool member_running(const struct member *m)
+{
+    unsigned long long start;
+    return running(m->pid, &start) && start == m->start;
+}
+
+/* How many of m[0..n) are still running. */
+static int still_running(const struct member *m, int n)
 {
     int left = 0;
     for (int i = 0; i < n; i++)
-        left += kill(pids[i], 0) == 0 && !zombie(pids[i]);
+        left += member_running(&m[i]);
     return left;
 }
 
@@ -113,21 +170,22 @@ static int sweep(const char *dir, double grace, int *n_procs)
     int n = 0;
     if (dsv4_shm_id_read(dir, id, NULL) == 0) {
         enum { MAXP = 64 };
-        int pids[MAXP];
-        *n_procs = set_members(id, pids, MAXP);
+        struct member m[MAXP];
+        char real[PATH_MAX];
+        *n_procs = set_members(id, realpath(dir, real) ? real : NULL, m, MAXP);
         for (int i = 0; i < *n_procs; i++)
-            kill(pids[i], SIGTERM);
+            kill(m[i].pid, SIGTERM);
         /* wait for the processes themselves, not for their mappings: a daemon unmaps its
          * segments on the way out, some time before it has exited */
         uint64_t t0 = dsv4_now_ns();
         int left;
-        while ((left = still_running(pids, *n_procs)) > 0 &&
+        while ((left = still_running(m, *n_procs)) > 0 &&
                (double)(dsv4_now_ns() - t0) / 1e9 < grace)
             usleep(20000);
         for (int i = 0; i < *n_procs; i++)
-            if (kill(pids[i], 0) == 0 && !zombie(pids[i]))
-                kill(pids[i], SIGKILL);
-        for (int i = 0; i < 250 && still_running(pids, *n_procs) > 0; i++)
+            if (member_running(&m[i]))
+                kill(m[i].pid, SIGKILL);
+        for (int i = 0; i < 250 && still_running(m, *n_procs) > 0; i++)
             usleep(20000);
         if (*n_procs)
             fprintf(stderr, "dsv4ctl stop: %d process%s of the set still ran: %s\n", *n_procs,
@@ -207,7 +265,7 @@ int dsv4ctl_stop(int argc, char **argv)
         usleep(20000);
     }
     /* the lock goes a moment before the process: wait for it to be gone (or a zombie) */
-    for (int i = 0; sv > 0 && i < 500 && kill(sv, 0) == 0 && !zombie(sv); i++)
+    for (int i = 0; sv > 0 && i < 500 && running(sv, NULL); i++)
         usleep(10000);
     /* verify: a clean stop left nothing; a killed supervisor cleaned nothing */
     int procs, files = sweep(dir, 5.0, &procs);
