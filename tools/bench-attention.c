@@ -68,7 +68,8 @@ static void fill_state(dsv4_session *s, const struct dsv4_config *c)
     }
 }
 
-/* fastest of `reps` decode rows (on a shared machine the minimum is the stable figure) of layer l's attention at position p */
+/* fastest of `reps` decode rows of layer l's attention at position p (on a shared machine
+ * the minimum is the stable figure) */
 static double time_layer(dsv4_engine *e, dsv4_session *s, int l, int64_t p, int reps)
 {
     const struct dsv4_config *c = &e->cfg;

@@ -146,7 +146,8 @@ void indexer_score(dsv4_session *bs, const struct step_seg *g, int layer)
                               ihd);
         struct score_job job = {&iq, st->irows, dsv4_ikey_row_bytes(c), scores, nrow};
         /* the pool splits the keys when the work pays for a dispatch */
-        if (dsv4_pool_size(e->pool) > 1 && (uint64_t)nrow * (uint64_t)ih * (uint64_t)ihd >= (1u << 20))
+        if (dsv4_pool_size(e->pool) > 1 &&
+            (uint64_t)nrow * (uint64_t)ih * (uint64_t)ihd >= (1u << 20))
             dsv4_pool_run(e->pool, score_worker, &job);
         else
             score_worker(&job, 0, 1);
