@@ -9,7 +9,8 @@
  * 128 columns), and then every such partial is exact. So each activation block
  * is first turned into integers q = x·2^σ (σ per block, from its largest
  * magnitude): 16-bit when that is exact, else 18-bit as 9-bit halves, else (any
- * x that is not QDQ'd, NaN, inf) the row takes the scalar definition. Weights
+ * x that is not QDQ'd, NaN, inf, or so large, ≥ 2^123, that a partial of the
+ * definition could overflow) the row takes the scalar definition. Weights
  * decode as doubled E2M1 int8 through one vpshufb and multiply-add in int32 with
  * vpmaddwd; the pairing of vpmaddwd is what fixes the definition's lanes
  * (column base, base + 1, base + 8, base + 9). The exact integer partial,
@@ -32,6 +33,13 @@
 #define FP4_NXP 16
 #ifdef FP4_ZMM
 #define FP4_HAS_Z 1
+/* the float path (fp4_block_f): activation rows per tile (at most), weight rows per
+ * block, pairs of blocks per chunk of K, and the call size from which it runs (fewer
+ * rows: the integer tiles, tuned for decode) */
+#define FP4_FNX 16
+#define FP4_FRB 16
+#define FP4_KCP 4
+#define FP4_F_FROM 8
 #else
 #define FP4_HAS_Z 0
 #endif
@@ -109,7 +117,9 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
                 qi[i] = _mm256_setzero_si256();
             fp4_store_pair(qb, qi[0], qi[1], qi[2], qi[3]);
             c = FP4_Q16;
-        } else if (mb >= 0x00800000u && mb < 0x7F800000u && M >= -110) {
+        } else if (mb >= 0x00800000u && M >= -110 && M <= 122) {
+            /* M <= 122: |w·x| < 6·2^123, so no partial of the definition overflows (an
+             * overflowing one is inf or NaN there, finite in integers) */
             if (fp4_ints(v, 14 - M, qi)) { /* |q| < 2^15 */
                 fp4_store_pair(qb, qi[0], qi[1], qi[2], qi[3]);
                 c = FP4_Q16, e = -9 - (14 - M);
@@ -368,6 +378,191 @@ INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *
             y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
         }
 }
+/*
+ * Many activation rows (prefill, batches): the definition itself, vectorised along
+ * its lanes, in fp32. For a pair of blocks, lane j (0-7: the even block, 8-15: the
+ * odd one) of X_t holds the activation at column base_j + off_t (off = 0, 1, 8, 9),
+ * and of W_t the decoded E2M1 weight there; then per lane P = W0·X0, fma(W1, X1, P),
+ * fma(W2, X2, P), fma(W3, X3, P) and acc = fma(P, 2^(S − 127), acc) are exactly the
+ * definition's operations in its order, so the result is its bits for any input (NaN,
+ * inf, rows that are not QDQ'd): no class, range or factor check. The activation rows
+ * are permuted into X once per call (fp4_xperm); a weight row's pair is decoded once
+ * per tile (two byte shuffles, four 16-entry vpermps) and used by the NX rows, so an
+ * (r, n) output costs five fp32 operations per 64 products, where the integer tile
+ * (fp4_tile_z) needs six and its per-output factor work.
+ */
+
+/* 16 E2M1 codes → fp32: vpermps reads the low 4 bits of each index */
+#define FP4_F32_TABLE                                                                              \
+    _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,  \
+                   -2.0f, -3.0f, -4.0f, -6.0f)
+
+/* the weights W0..W3 of a pair of blocks (p: the even block's 16 bytes, then the odd
+ * one's; odd = 0: no odd block, its lanes decode as zero) */
+INLINE void fp4_wdec_f(const uint8_t *p, int odd, __m512 wt[4])
+{
+    const __m512 table = FP4_F32_TABLE;
+    const __m256i v = odd ? _mm256_loadu_si256((const __m256i *)p)
+                          : _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    /* per block: bytes 0-3, 8-11 (columns base_j and base_j + 1), then 4-7, 12-15 (+ 8, + 9) */
+    const __m256i sh = _mm256_shuffle_epi8(
+        v, _mm256_broadcastsi128_si256(
+               _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15)));
+    /* qwords even.lo, odd.lo | even.hi, odd.hi (the odd half of a lone block is zero) */
+    const __m256i q = _mm256_permute4x64_epi64(odd ? sh : _mm256_and_si256(sh, _mm256_setr_epi64x(-1, -1, 0, 0)),
+                                               0xD8);
+    const __m512i c01 = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(q));
+    const __m512i c23 = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(q, 1));
+    wt[0] = _mm512_permutexvar_ps(c01, table);
+    wt[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(c01, 4), table);
+    wt[2] = _mm512_permutexvar_ps(c23, table);
+    wt[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(c23, 4), table);
+}
+
+/* the definition's scale 2^(S − 127) (0 → 2^-127, 0xFF → NaN) as fp32 bits */
+INLINE int32_t fp4_sbits(uint8_t b)
+{
+    return b == 0 ? 0x00400000 : b == 0xFF ? 0x7FC00000 : (int32_t)b << 23;
+}
+
+/*
+ * The layout of X: chunks of FP4_KCP pairs of blocks; in a chunk, row n's pairs lie
+ * together (n·FP4_KCP·64 floats on), so a chunk of all the call's rows is one run of
+ * memory that the tiles of a row block reuse from L1 (rows a whole K apart would share
+ * a few L1 sets). A pair holds X0..X3 (16 floats each).
+ */
+INLINE float *fp4_xat(float *X, size_t np, uint32_t pair, size_t n)
+{
+    return X + (((size_t)(pair / FP4_KCP) * np + n) * FP4_KCP + pair % FP4_KCP) * 64;
+}
+
+/* activation row n of np permuted into X; a lone last block's odd lanes are zero */
+static void fp4_xperm(const float *x, uint32_t nb, float *X, size_t np, size_t n)
+{
+    /* lane j < 8 of X_t: column 16·(j / 4) + 2·(j % 4) + off_t of the first source pair */
+    static const int off[4] = {0, 1, 8, 9};
+    for (uint32_t b = 0; b < nb; b += 2) {
+        const float *e = x + (size_t)b * 32;
+        const __m512 e0 = _mm512_loadu_ps(e), e1 = _mm512_loadu_ps(e + 16);
+        const __m512 o0 = b + 1 < nb ? _mm512_loadu_ps(e + 32) : _mm512_setzero_ps();
+        const __m512 o1 = b + 1 < nb ? _mm512_loadu_ps(e + 48) : _mm512_setzero_ps();
+        float *d = fp4_xat(X, np, b / 2, n);
+        for (int t = 0; t < 4; t++) {
+            const int o = off[t];
+            const __m512i idx = _mm512_setr_epi32(o, 2 + o, 4 + o, 6 + o, 16 + o, 18 + o, 20 + o,
+                                                  22 + o, o, 2 + o, 4 + o, 6 + o, 16 + o, 18 + o,
+                                                  20 + o, 22 + o);
+            const __m512 a = _mm512_permutex2var_ps(e0, idx, e1);
+            const __m512 c = _mm512_permutex2var_ps(o0, idx, o1);
+            _mm512_store_ps(d + t * 16, _mm512_shuffle_f32x4(a, c, 0x44));
+        }
+    }
+}
+
+/*
+ * Weight rows [r0, r1) (at most FP4_FRB) × NX permuted rows (np in X), along K chunk by
+ * chunk: per weight row the chunk's pairs are decoded once for the NX rows, the NX
+ * accumulators live in registers over the chunk and in acc between chunks, and the
+ * chunk of X stays in L1 for the whole row block.
+ */
+INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t r1,
+                        const float *X, size_t np, float *y, size_t ldy, uint32_t yoff)
+{
+    const uint32_t nb = w->cols / 32, npair = (nb + 1) / 2;
+    __m512 accm[FP4_FRB][FP4_FNX];
+    for (uint32_t r = 0; r < r1 - r0; r++)
+        for (int n = 0; n < NX; n++)
+            accm[r][n] = _mm512_setzero_ps();
+    for (uint32_t c0 = 0; c0 < npair; c0 += FP4_KCP) {
+        const uint32_t c1 = npair - c0 < FP4_KCP ? npair : c0 + FP4_KCP;
+        const float *Xc = X + (size_t)c0 * np * 64;
+        for (uint32_t r = 0; r < r1 - r0; r++) {
+            const uint8_t *wr = w->w + (size_t)(r0 + r) * (w->cols / 2);
+            const uint8_t *sr = w->scale + (size_t)(r0 + r) * nb;
+            __m512 acc[FP4_FNX];
+            for (int n = 0; n < NX; n++)
+                acc[n] = accm[r][n];
+            for (uint32_t pr = c0; pr < c1; pr++) {
+                const uint32_t b = 2 * pr;
+                const int odd = b + 1 < nb;
+                __m512 wt[4];
+                fp4_wdec_f(wr + (size_t)b * 16, odd, wt);
+                const __m512 ws = _mm512_castsi512_ps(
+                    _mm512_inserti64x4(_mm512_set1_epi32(fp4_sbits(sr[b])),
+                                       _mm256_set1_epi32(odd ? fp4_sbits(sr[b + 1]) : 0), 1));
+                const float *xb = Xc + (size_t)(pr - c0) * 64;
+                for (int n = 0; n < NX; n++) {
+                    const float *xn = xb + (size_t)n * FP4_KCP * 64;
+                    __m512 p = _mm512_mul_ps(wt[0], _mm512_load_ps(xn));
+                    p = _mm512_fmadd_ps(wt[1], _mm512_load_ps(xn + 16), p);
+                    p = _mm512_fmadd_ps(wt[2], _mm512_load_ps(xn + 32), p);
+                    p = _mm512_fmadd_ps(wt[3], _mm512_load_ps(xn + 48), p);
+                    acc[n] = odd ? _mm512_fmadd_ps(p, ws, acc[n])
+                                 : _mm512_mask3_fmadd_ps(p, ws, acc[n], 0x00FF);
+                }
+            }
+            for (int n = 0; n < NX; n++)
+                accm[r][n] = acc[n];
+        }
+    }
+    for (uint32_t r = 0; r < r1 - r0; r++)
+        for (int n = 0; n < NX; n++) {
+            float a[16] __attribute__((aligned(64)));
+            _mm512_store_ps(a, accm[r][n]);
+            y[(size_t)n * ldy + (r0 - yoff) + r] = dsv4_lane_reduce(a);
+        }
+}
+
+/* the float path for nx rows: permuted in passes of FP4_NXP, in groups of 4, 8, 12 or
+ * 16 rows (a group of fewer rows pads with zero rows whose outputs are dropped);
+ * returns 0 without memory (the caller runs the integer path) */
+static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
+                        size_t ldy, uint32_t row_begin, uint32_t row_end)
+{
+    const uint32_t nb = w->cols / 32, npair = (nb + 1) / 2;
+    const size_t nchunk = (npair + FP4_KCP - 1) / FP4_KCP;
+    const size_t np = FP4_NXP;
+    float *X = aligned_alloc(64, nchunk * np * FP4_KCP * 64 * sizeof(float));
+    float *ypad = malloc((size_t)FP4_NXP * FP4_FRB * sizeof(float));
+    if (!X || !ypad) {
+        free(X);
+        free(ypad);
+        return 0;
+    }
+    for (size_t n0 = 0; n0 < nx; n0 += FP4_NXP) {
+        const size_t nc = nx - n0 < FP4_NXP ? nx - n0 : FP4_NXP, ng = (nc + 3) & ~(size_t)3;
+        for (size_t n = 0; n < ng; n++) {
+            if (n < nc) {
+                fp4_xperm(x + (n0 + n) * w->cols, nb, X, np, n);
+                continue;
+            }
+            for (uint32_t pr = 0; pr < npair; pr++)
+                memset(fp4_xat(X, np, pr, n), 0, 64 * sizeof(float));
+        }
+        for (uint32_t r0 = row_begin; r0 < row_end; r0 += FP4_FRB) {
+            const uint32_t r1 = row_end - r0 < FP4_FRB ? row_end : r0 + FP4_FRB;
+            /* with padded rows the block writes to ypad (row r0 at 0), else straight to y */
+            const int pad = ng != nc;
+            float *yb = pad ? ypad : y + n0 * ldy;
+            const size_t ld = pad ? FP4_FRB : ldy;
+            const uint32_t yoff = pad ? r0 : 0;
+            switch (ng) {
+            case 4: fp4_block_f(4, w, r0, r1, X, np, yb, ld, yoff); break;
+            case 8: fp4_block_f(8, w, r0, r1, X, np, yb, ld, yoff); break;
+            case 12: fp4_block_f(12, w, r0, r1, X, np, yb, ld, yoff); break;
+            default: fp4_block_f(16, w, r0, r1, X, np, yb, ld, yoff); break;
+            }
+            if (pad)
+                for (size_t n = 0; n < nc; n++)
+                    memcpy(y + (n0 + n) * ldy + r0, ypad + n * FP4_FRB,
+                           (r1 - r0) * sizeof(float));
+        }
+    }
+    free(X);
+    free(ypad);
+    return 1;
+}
+
 #define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok)                                          \
     ((Z) ? fp4_tile_z(R, NX, w, rows, xp, y, ldy, ok) : fp4_tile(R, NX, w, rows, xp, y, ldy, ok))
 #else
@@ -412,6 +607,10 @@ static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, siz
     const size_t np = nx < FP4_NXP ? nx : FP4_NXP;
     if (row_end <= row_begin || nx == 0)
         return;
+#ifdef FP4_ZMM
+    if (nx >= FP4_F_FROM && nb && fp4_matvec_f(w, x, nx, y, ldy, row_begin, row_end))
+        return;
+#endif
     uint8_t *buf = nb ? malloc(np * per) : NULL;
     if (!buf) { /* nothing to prepare, or no memory: the definition */
         dsv4_kernel_ops_scalar.matvec_fp4(w, x, nx, y, ldy, row_begin, row_end);

@@ -13,9 +13,10 @@
  *    further groups re-decode the tile's weights from L1;
  *  - buffered: along K in chunks (the FP8 scale block, else KC columns) the
  *    chunk of R weight rows is decoded ONCE into an L1 fp32 buffer and applied
- *    to every activation row of the pass in R × TILE_NX register tiles; the
- *    x chunk is packed (rows of x lie 4 KiB multiples apart) and NT tiles
- *    share it; accumulators (16 lanes per output) live in a stack array.
+ *    to every activation row of the pass in R × TILE_NX register tiles
+ *    (mac_buf, one function per tile shape); the pass's x is packed once per
+ *    call, chunk by chunk, rows KC floats apart (x_pack); accumulators (16
+ *    lanes per output) live in a stack array.
  * Either way every (weight row, activation row) output sees exactly the
  * operation sequence of the scalar definition (kernels-internal.h,
  * docs/numerics.md): lane j only ever takes the columns ≡ j (mod 16) in
@@ -56,7 +57,7 @@ _Static_assert(TILE_NXD >= 1 && TILE_NXD <= 4, "row_tile groups are 1..4 rows");
 #define RBMAX 16
 #define NXMAX 8
 
-enum src { SRC_BUF, SRC_FP8, SRC_BF16 };
+enum src { SRC_FP8, SRC_BF16 };
 enum mode {
     MODE_ACC, /* continue the lane chains in acc */
     MODE_BLK, /* FP8 block: partials from +0, then acc = fma(P, 2^(S-119), acc) */
@@ -64,82 +65,153 @@ enum mode {
 
 /* per weight row of a tile: where its weights of the current chunk are */
 struct wrow {
-    const void *p;       /* SRC_BUF: decoded fp32 of the chunk; else the raw row */
+    const void *p;       /* the raw row */
     const uint8_t *e;    /* FP8: the block's scale byte */
 };
 
-/* 16 consecutive weights of row `w` at column k (SRC_BUF: chunk offset k) */
+/* 16 consecutive weights of row `w` at column k */
 INLINE void wdec16(const int SRC, const struct wrow *w, uint32_t k, vf out[NH])
 {
-    if (SRC == SRC_BUF) {
-        for (int h = 0; h < NH; h++)
-            out[h] = vf_load((const float *)w->p + k + h * VL);
-    } else if (SRC == SRC_FP8) {
+    if (SRC == SRC_FP8)
         fp8_dec16((const uint8_t *)w->p + k, out);
-    } else {
+    else
         bf16_dec16((const uint16_t *)w->p + k, out);
-    }
 }
 
 /*
- * One register tile: R weight rows × NX activation rows over columns
- * [k0, k0 + len) (len % 16 == 0). x + n·ldx is activation row n at column k0; acc
- * holds per (r, n) 16 lanes at acc + (r·NXC + n)·16.
+ * One register tile decoded in place (FP8 blocks larger than the buffer): R weight
+ * rows × NX activation rows over columns [k0, k0 + len) (len % 16 == 0). x + n·ldx is
+ * activation row n at column k0; acc holds per (r, n) 16 lanes at acc + (r·NXC + n)·16.
  */
 INLINE void mac_tile(const int SRC, const int MODE, const int R, const int NX,
                      const struct wrow *w, const float *x, size_t ldx, uint32_t k0, uint32_t len,
                      float *acc)
 {
-    /* from the buffer each half is its own pass; decoded in place, one pass */
-    const int NHI = SRC == SRC_BUF ? 1 : NH;
-    for (int ho = 0; ho < NH / NHI; ho++) {
-        vf a[RMAX][NXMAX][NH];
+    vf a[RMAX][NXMAX][NH];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
+            for (int h = 0; h < NH; h++)
+                a[r][n][h] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL)
+                                              : vf_zero();
+    for (uint32_t t = 0; t < len; t += 16) {
+        vf wv[RMAX][NH];
+        for (int r = 0; r < R; r++)
+            wdec16(SRC, &w[r], k0 + t, wv[r]);
+        for (int n = 0; n < NX; n++)
+            for (int h = 0; h < NH; h++) {
+                vf xv = vf_load(x + n * ldx + t + h * VL);
+                /* one load per x vector, reused by the R rows (else the compiler
+                 * folds a load into every fma and the loads bound the loop) */
+                __asm__("" : "+x"(xv));
+                for (int r = 0; r < R; r++)
+                    a[r][n][h] = vf_fma(wv[r][h], xv, a[r][n][h]);
+            }
+    }
+    for (int r = 0; r < R; r++) {
+        float *ar = acc + r * NXC * 16;
+        if (MODE == MODE_ACC) {
+            for (int n = 0; n < NX; n++)
+                for (int h = 0; h < NH; h++)
+                    vf_store(ar + n * 16 + h * VL, a[r][n][h]);
+            continue;
+        }
+        const uint8_t e = *w[r].e;
+        for (int n = 0; n < NX; n++)
+            for (int h = 0; h < NH; h++) {
+                float *ap = ar + n * 16 + h * VL;
+                if (e <= DSV4_E8M0_FAST_MAX)
+                    vf_store(ap, vf_fma(a[r][n][h], vf_set1(dsv4_fp8_fast_scale(e)),
+                                        vf_load(ap)));
+                else
+                    vf_store(ap, vf_fma(vf_mul(a[r][n][h], vf_set1(256.0f)),
+                                        vf_set1(dsv4_e8m0_to_f32(e)), vf_load(ap)));
+            }
+    }
+}
+
+/*
+ * mac_tile from the buffer: R decoded weight rows at wb + r·KC and NX packed
+ * activation rows at xb + n·KC (both strides compile-time constants, so every load
+ * is a base plus a fixed offset and no pointer per row ties up a register), columns
+ * [0, len). MODE_BLK: the block scale bytes in e[r].
+ */
+INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, const float *xb,
+                    uint32_t len, const uint8_t *const *e, float *acc)
+{
+    for (int h = 0; h < NH; h++) {
+        vf a[RMAX][NXMAX];
         for (int r = 0; r < R; r++)
             for (int n = 0; n < NX; n++)
-                for (int hi = 0; hi < NHI; hi++) {
-                    const int h = ho + hi;
-                    a[r][n][hi] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL)
-                                                   : vf_zero();
-                }
-        for (uint32_t t = 0; t < len; t += 16) {
-            vf wv[RMAX][NH];
-            for (int r = 0; r < R; r++) {
-                if (SRC == SRC_BUF)
-                    wv[r][0] = vf_load((const float *)w[r].p + t + ho * VL);
-                else
-                    wdec16(SRC, &w[r], k0 + t, wv[r]);
+                a[r][n] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL) : vf_zero();
+        for (uint32_t t = h * VL; t < len; t += 16) {
+            vf wv[RMAX];
+            for (int r = 0; r < R; r++)
+                wv[r] = vf_load(wb + r * KC + t);
+            for (int n = 0; n < NX; n++) {
+                vf xv = vf_load(xb + n * KC + t);
+                __asm__("" : "+v"(xv)); /* one load per x vector, reused by the R rows */
+                for (int r = 0; r < R; r++)
+                    a[r][n] = vf_fma(wv[r], xv, a[r][n]);
             }
-            for (int n = 0; n < NX; n++)
-                for (int hi = 0; hi < NHI; hi++) {
-                    vf xv = vf_load(x + n * ldx + t + (ho + hi) * VL);
-                    /* one load per x vector, reused by the R rows (else the compiler
-                     * folds a load into every fma and the loads bound the loop) */
-                    __asm__("" : "+x"(xv));
-                    for (int r = 0; r < R; r++)
-                        a[r][n][hi] = vf_fma(wv[r][hi], xv, a[r][n][hi]);
-                }
         }
         for (int r = 0; r < R; r++) {
-            float *ar = acc + r * NXC * 16;
+            float *ar = acc + r * NXC * 16 + h * VL;
             if (MODE == MODE_ACC) {
                 for (int n = 0; n < NX; n++)
-                    for (int hi = 0; hi < NHI; hi++)
-                        vf_store(ar + n * 16 + (ho + hi) * VL, a[r][n][hi]);
+                    vf_store(ar + n * 16, a[r][n]);
                 continue;
             }
-            const uint8_t e = *w[r].e;
-            for (int n = 0; n < NX; n++)
-                for (int hi = 0; hi < NHI; hi++) {
-                    float *ap = ar + n * 16 + (ho + hi) * VL;
-                    if (e <= DSV4_E8M0_FAST_MAX)
-                        vf_store(ap, vf_fma(a[r][n][hi], vf_set1(dsv4_fp8_fast_scale(e)),
-                                            vf_load(ap)));
-                    else
-                        vf_store(ap, vf_fma(vf_mul(a[r][n][hi], vf_set1(256.0f)),
-                                            vf_set1(dsv4_e8m0_to_f32(e)), vf_load(ap)));
-                }
+            const uint8_t s = *e[r];
+            for (int n = 0; n < NX; n++) {
+                if (s <= DSV4_E8M0_FAST_MAX)
+                    vf_store(ar + n * 16, vf_fma(a[r][n], vf_set1(dsv4_fp8_fast_scale(s)),
+                                                 vf_load(ar + n * 16)));
+                else
+                    vf_store(ar + n * 16, vf_fma(vf_mul(a[r][n], vf_set1(256.0f)),
+                                                 vf_set1(dsv4_e8m0_to_f32(s)),
+                                                 vf_load(ar + n * 16)));
+            }
         }
     }
+}
+
+/* mac_buf for run-time (MODE, R, NX), each variant its own function: inlined into the
+ * caller, GCC spilled the accumulators of the smaller tiles */
+#define MAC_BUF_FN(M, TAG, R, NX)                                                                  \
+    static __attribute__((noinline)) void mac_buf_##M##_##TAG##_##NX(                              \
+        const float *wb, const float *xb, uint32_t len, const uint8_t *const *e, float *acc)       \
+    {                                                                                              \
+        mac_buf(M, R, NX, wb, xb, len, e, acc);                                                    \
+    }
+#define MAC_BUF_NX(M, TAG, R)                                                                      \
+    MAC_BUF_FN(M, TAG, R, 1) MAC_BUF_FN(M, TAG, R, 2) MAC_BUF_FN(M, TAG, R, 3)                   \
+    MAC_BUF_FN(M, TAG, R, 4) MAC_BUF_FN(M, TAG, R, 5) MAC_BUF_FN(M, TAG, R, 6)
+/* R = 1 (tails) and R = TILE_R */
+MAC_BUF_NX(0, 1, 1) MAC_BUF_NX(0, T, TILE_R) MAC_BUF_NX(1, 1, 1) MAC_BUF_NX(1, T, TILE_R)
+_Static_assert(MODE_ACC == 0 && MODE_BLK == 1 && TILE_NX <= 6, "mac_buf variants");
+
+#define MAC_BUF_CASE(M, TAG)                                                                       \
+    switch (nx) {                                                                                  \
+    case 1: mac_buf_##M##_##TAG##_1(wb, xb, len, e, acc); return;                                 \
+    case 2: mac_buf_##M##_##TAG##_2(wb, xb, len, e, acc); return;                                 \
+    case 3: mac_buf_##M##_##TAG##_3(wb, xb, len, e, acc); return;                                 \
+    case 4: mac_buf_##M##_##TAG##_4(wb, xb, len, e, acc); return;                                 \
+    case 5: mac_buf_##M##_##TAG##_5(wb, xb, len, e, acc); return;                                 \
+    default: mac_buf_##M##_##TAG##_6(wb, xb, len, e, acc); return;                                \
+    }
+
+INLINE void mac_buf_any(const int MODE, const int R, int nx, const float *wb, const float *xb,
+                        uint32_t len, const uint8_t *const *e, float *acc)
+{
+    _Static_assert(TILE_R != 1, "R = 1 and R = TILE_R are separate variants");
+    if (MODE == MODE_ACC && R == 1)
+        MAC_BUF_CASE(0, 1)
+    else if (MODE == MODE_ACC)
+        MAC_BUF_CASE(0, T)
+    else if (R == 1)
+        MAC_BUF_CASE(1, 1)
+    else
+        MAC_BUF_CASE(1, T)
 }
 
 /*
@@ -248,10 +320,9 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
  * column k0): the chunk decoded once into buf, then applied to all rows.
  */
 INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow *raw,
-                  const float *x, size_t ldx, size_t nc, uint32_t k0, uint32_t len, float *acc,
-                  float *buf)
+                  const float *x, size_t nc, uint32_t k0, uint32_t len, float *acc, float *buf)
 {
-    struct wrow dec[RMAX];
+    const uint8_t *e[RMAX];
     for (int r = 0; r < R; r++) {
         float *d = buf + (size_t)r * KC;
         for (uint32_t t = 0; t < len; t += 16) {
@@ -260,29 +331,35 @@ INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow 
             for (int h = 0; h < 16 / VL; h++)
                 vf_store(d + t + h * VL, v[h]);
         }
-        dec[r] = (struct wrow){d, raw[r].e};
+        e[r] = raw[r].e;
     }
-    size_t n = 0;
-    for (; n + TILE_NX <= nc; n += TILE_NX)
-        mac_tile(SRC_BUF, MODE, R, TILE_NX, dec, x + n * ldx, ldx, 0, len, acc + n * 16);
-    if (n < nc)
-        MAC_NX(SRC_BUF, MODE, R, nc - n, dec, x + n * ldx, ldx, 0, len, acc + n * 16);
+    for (size_t n = 0; n < nc; n += TILE_NX) {
+        const int k = nc - n < TILE_NX ? (int)(nc - n) : TILE_NX;
+        mac_buf_any(MODE, R, k, buf, x + n * KC, len, e, acc + n * 16);
+    }
 }
 
 /*
- * The chunk [k0, k0 + len) of nc activation rows, for the tiles of a row block:
- * in place for the direct path, else packed into xbuf (rows KC apart: rows of x
- * lie a multiple of 4 KiB apart and would share a few L1 sets). Returns the
- * chunk's first element and sets *ld.
+ * The nc activation rows of a pass packed once per call, chunk by chunk of C <= KC
+ * columns: chunk j holds row n at (j·nc + n)·KC, so a chunk's rows lie KC floats apart
+ * (a compile-time stride: a run-time one measured 1.5× slower in the tiles) (rows of x
+ * lie a multiple of 4 KiB apart: they would share a few L1 sets, and copying a chunk per
+ * tile, as before, stalled on 4 KiB aliasing between its loads and stores). NULL when
+ * there is no memory (the caller then runs the definition).
  */
-INLINE const float *x_chunk(const float *x, size_t cols, size_t nc, uint32_t k0, uint32_t len,
-                            float *xbuf, size_t *ld)
+static float *x_pack(const float *x, size_t cols, size_t nc, uint32_t C)
 {
-    for (size_t n = 0; n < nc; n++)
-        for (uint32_t t = 0; t < len; t += VL)
-            vf_store(xbuf + n * KC + t, vf_load(x + n * cols + k0 + t));
-    *ld = KC;
-    return xbuf;
+    const size_t nch = (cols + C - 1) / C;
+    float *p = aligned_alloc(64, nch * nc * KC * sizeof(float));
+    if (!p)
+        return NULL;
+    for (size_t j = 0; j < nch; j++) {
+        const uint32_t k0 = (uint32_t)j * C, m = cols - k0 < C ? (uint32_t)(cols - k0) : C;
+        for (size_t n = 0; n < nc; n++)
+            for (uint32_t t = 0; t < m; t += VL)
+                vf_store(p + (j * nc + n) * KC + t, vf_load(x + n * cols + k0 + t));
+    }
+    return p;
 }
 
 /* y of R rows for nc activation rows from the lane accumulators */
@@ -302,7 +379,8 @@ INLINE void fold(const int R, const float *acc, size_t nc, float *y, size_t ldy,
  * K block by block; the block's x of the pass stays in L1 for all NT tiles.
  */
 INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w, const float *x,
-                     size_t nc, float *y, size_t ldy, uint32_t i0, const int CHECK)
+                     const float *xp, size_t nc, float *y, size_t ldy, uint32_t i0,
+                     const int CHECK)
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
     const int RB = R * NT;
@@ -328,11 +406,9 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
         for (size_t n = 0; n < nc; n++)
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
-    float xbuf[NXC * KC] __attribute__((aligned(64)));
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint32_t k0 = kb * B, m = cols - k0 < B ? cols - k0 : B;
-        size_t ldx = cols;
-        const float *xk = B <= KC ? x_chunk(x, cols, nc, k0, m, xbuf, &ldx) : x + k0;
+        const float *xk = xp ? xp + (size_t)kb * nc * KC : x + k0;
         for (int tl = 0; tl < NT; tl++) {
             struct wrow raw[RMAX];
             for (int r = 0; r < R; r++) {
@@ -344,8 +420,8 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                 raw[r] = (struct wrow){wr[rr], w->scale + (size_t)((i0 + rr) / B) * kblocks + kb};
             }
             float *at = acc + (size_t)tl * R * NXC * 16;
-            if (B <= KC) {
-                chunk(SRC_FP8, MODE_BLK, R, raw, xk, ldx, nc, k0, m, at, buf);
+            if (xp) {
+                chunk(SRC_FP8, MODE_BLK, R, raw, xk, nc, k0, m, at, buf);
             } else {
                 /* blocks larger than the buffer: decoded in place for every tile */
                 size_t n = 0;
@@ -371,26 +447,31 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
         uint32_t i = row_begin;
         if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
-                fp8_rows(TILE_R1, 1, w, xc, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R1, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
         } else if (nc < TILE_BUF_FROM_FP8) {
             /* partials and sums of a block both in registers: fewer rows per tile */
             for (; i + TILE_RG <= row_end; i += TILE_RG)
-                fp8_rows(TILE_RG, 1, w, xc, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_RG, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
         } else {
+            /* blocks larger than the buffer (or no memory) are decoded in place */
+            float *xp = w->block <= KC ? x_pack(xc, w->cols, nc, w->block) : NULL;
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
-                fp8_rows(TILE_R, TILE_NT, w, xc, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R, TILE_NT, w, xc, xp, nc, yc, ldy, i, CHECK);
             for (; i + TILE_R <= row_end; i += TILE_R)
-                fp8_rows(TILE_R, 1, w, xc, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R, 1, w, xc, xp, nc, yc, ldy, i, CHECK);
+            for (; i < row_end; i++)
+                fp8_rows(1, 1, w, xc, xp, nc, yc, ldy, i, CHECK);
+            free(xp);
         }
         for (; i < row_end; i++)
-            fp8_rows(1, 1, w, xc, nc, yc, ldy, i, CHECK);
+            fp8_rows(1, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
     }
 }
 
 /* ---- BF16: one lane chain per output over all K (FP4: matvec-fp4.h) ---- */
 
 INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbase,
-                      size_t row_bytes, uint32_t cols, const float *x,
+                      size_t row_bytes, uint32_t cols, const float *x, const float *xp,
                       size_t nc, float *y, size_t ldy, uint32_t i0)
 {
     const int RB = R * NT;
@@ -407,17 +488,15 @@ INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbas
         for (size_t n = 0; n < nc; n++)
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
-    float xbuf[NXC * KC] __attribute__((aligned(64)));
     for (uint32_t k0 = 0; k0 < cols; k0 += KC) {
         const uint32_t m = cols - k0 < KC ? cols - k0 : KC;
-        size_t ldx;
-        const float *xk = x_chunk(x, cols, nc, k0, m, xbuf, &ldx);
+        const float *xk = xp + (size_t)k0 * nc;
         const size_t cb = (size_t)k0 * row_bytes / cols, mb = (size_t)m * row_bytes / cols;
         for (int tl = 0; tl < NT; tl++) {
             for (int r = tl * R; r < (tl + 1) * R; r++)
                 for (size_t u = 0; u < mb; u += 64)
                     PREFETCH_T1((const uint8_t *)raw[r].p + cb + u + (size_t)RB * row_bytes);
-            chunk(SRC, MODE_ACC, R, raw + tl * R, xk, ldx, nc, k0, m,
+            chunk(SRC, MODE_ACC, R, raw + tl * R, xk, nc, k0, m,
                   acc + (size_t)tl * R * NXC * 16, buf);
         }
     }
@@ -435,18 +514,26 @@ INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t
         uint32_t i = row_begin;
         if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
-                lane_rows(SRC_BF16, TILE_R1, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R1, 1, w->w, rb, w->cols, xc, NULL, nc, yc, ldy, i);
         } else if (nc < TILE_BUF_FROM) {
             for (; i + TILE_RG <= row_end; i += TILE_RG)
-                lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, w->cols, xc, NULL, nc, yc, ldy, i);
         } else {
+            float *xp = x_pack(xc, w->cols, nc, KC);
+            if (!xp) { /* no memory: the definition */
+                dsv4_kernel_ops_scalar.matvec_bf16(w, xc, nc, yc, ldy, row_begin, row_end);
+                continue;
+            }
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
-                lane_rows(SRC_BF16, TILE_R, TILE_NT, w->w, rb, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R, TILE_NT, w->w, rb, w->cols, xc, xp, nc, yc, ldy, i);
             for (; i + TILE_R <= row_end; i += TILE_R)
-                lane_rows(SRC_BF16, TILE_R, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
+                lane_rows(SRC_BF16, TILE_R, 1, w->w, rb, w->cols, xc, xp, nc, yc, ldy, i);
+            for (; i < row_end; i++)
+                lane_rows(SRC_BF16, 1, 1, w->w, rb, w->cols, xc, xp, nc, yc, ldy, i);
+            free(xp);
         }
         for (; i < row_end; i++)
-            lane_rows(SRC_BF16, 1, 1, w->w, rb, w->cols, xc, nc, yc, ldy, i);
+            lane_rows(SRC_BF16, 1, 1, w->w, rb, w->cols, xc, NULL, nc, yc, ldy, i);
     }
 }
 

@@ -496,6 +496,99 @@ static void test_fp4_random_shapes(void **state)
     }
 }
 
+/*
+ * Many activation rows in one call (prefill, batches): the AVX-512 twin's tile with the
+ * block factor split into a weight and an activation half runs on groups of 5..8
+ * contiguous 16-bit-class rows. Rows scaled far up or down put 2^eo near and past its
+ * limits (those rows leave the group), weight rows with scale bytes 0 and 255 take the
+ * definition, 1 and 254 the split, and rows that are not QDQ'd, 18-bit or all zero sit
+ * inside the batch and break the groups.
+ */
+static void test_fp4_many_rows(void **state)
+{
+    select_twin(state);
+    static const uint32_t shapes[][2] = {{9, 96}, {16, 256}, {33, 160}, {5, 4096}, {130, 64}};
+    static const size_t nxs[] = {5, 6, 7, 8, 9, 12, 16, 17, 24, 33};
+    enum { NXM = 33 };
+    /* 2^eo of -104 is 2^-127 (not normal: the row leaves the group), of -103 2^-126 (the
+     * last normal); 40 and -103 put S + eo outside 1..254 (harmless to the split); 124
+     * could overflow a partial of the definition (the row takes the definition) */
+    static const int scale[NXM] = {0, 0, 0, 0, 0, 0, 0, 0, -104, 0, 0, 0, 0, 0, 0, 0, 40,
+                                   0, 0, 0, 0, -103, 0, 0, 0, 0, 0, 124, 0, 0, 0, 0, 0};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const uint32_t rows = shapes[s][0], cols = shapes[s][1], nb = cols / 32;
+        uint8_t *w = malloc((size_t)rows * cols / 2);
+        uint8_t *sc = malloc((size_t)rows * nb);
+        float *x = malloc(NXM * cols * sizeof(float));
+        float *ref = malloc(NXM * rows * sizeof(float));
+        float *y = malloc(NXM * rows * sizeof(float));
+        /* weight row 1: every scale byte 0 (2^-127: only then does that block's term
+         * survive the sum); rows 2, 3: one block at 1 and 254; row 4: weights all 1.0
+         * and one block at 255 (NaN: against row 5's positive x a wrong 255 would give
+         * +inf) */
+        for (size_t i = 0; i < (size_t)rows * cols / 2; i++)
+            w[i] = i / (cols / 2) == 4 ? 0x22 : (uint8_t)rnd();
+        for (uint32_t i = 0; i < rows; i++)
+            for (uint32_t j = 0; j < nb; j++) {
+                static const uint8_t edge[4] = {0, 1, 254, 255};
+                sc[i * nb + j] = i == 1 || (i >= 2 && i <= 4 && j == nb / 2)
+                                     ? edge[i - 1]
+                                     : (uint8_t)(112 + rnd() % 24);
+            }
+        for (uint32_t n = 0; n < NXM; n++) {
+            float *xr = x + (size_t)n * cols;
+            /* a scaled row: E4M3 mantissas of one binade [2^s, 2^(s+1)), so the row is
+             * 16-bit with its largest exponent M = s: 2^eo = 2^(s − 23) */
+            for (uint32_t k = 0; k < cols; k++)
+                xr[k] = scale[n] ? (k % 3 ? 1.0f : -1.0f) * ldexpf((float)(8 + rnd() % 8), scale[n] - 3)
+                                 : rnd_f(3.0f);
+            if (n == 5)
+                for (uint32_t k = 0; k < cols; k++)
+                    xr[k] = fabsf(xr[k]);
+            if (n == 12) /* all zero */
+                for (uint32_t k = 0; k < cols; k++)
+                    xr[k] = 0.0f;
+            if (n != 19 && !scale[n]) /* (QDQ would flush the tiny rows to zero) */
+                dsv4_fp8_qdq(xr, cols, 128);
+            if (n == 25) { /* an 18-bit block: 448 beside the smallest subnormal */
+                xr[0] = 448.0f;
+                xr[1] = 0x1p-9f;
+            }
+        }
+        struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+        c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+        for (uint32_t n = 0; n < NXM; n++)
+            call(twin(DSV4_ISA_SCALAR), &c, x + (size_t)n * cols, 1, ref + (size_t)n * rows, rows,
+                 0, rows);
+        for (size_t ni = 0; ni < sizeof nxs / sizeof nxs[0]; ni++) {
+            const size_t nx = nxs[ni];
+            /* the whole range, then a sub-range with a remainder of the tile's rows */
+            const uint32_t b = rows > 4 ? 1 : 0, e = rows > 4 ? rows - 2 : rows;
+            for (int pass = 0; pass < 2; pass++) {
+                const uint32_t rb = pass ? b : 0, re = pass ? e : rows;
+                for (size_t i = 0; i < nx * rows; i++)
+                    y[i] = 12345.0f;
+                call(under_test, &c, x, nx, y, rows, rb, re);
+                for (size_t n = 0; n < nx; n++)
+                    for (uint32_t i = 0; i < rows; i++) {
+                        const float got = y[n * rows + i];
+                        if (i < rb || i >= re)
+                            assert_true(got == 12345.0f);
+                        else if (!same_bits(got, ref[n * rows + i]))
+                            fail_msg("%s nx=%zu row %zu/%u (%ux%u, rows %u..%u): %.9g != "
+                                     "scalar %.9g", under_test->name, nx, n, i, rows, cols, rb,
+                                     re, (double)got, (double)ref[n * rows + i]);
+                    }
+            }
+        }
+        free(w);
+        free(sc);
+        free(x);
+        free(ref);
+        free(y);
+    }
+}
+
 static void test_fp4_all_codes_and_scales(void **state)
 {
     select_twin(state);
@@ -869,6 +962,7 @@ int main(void)
         {"fp4_tiny_scales", test_fp4_tiny_scales},
         {"fp4_factor_edges", test_fp4_factor_edges},
         {"fp4_integer_classes", test_fp4_integer_classes},
+        {"fp4_many_rows", test_fp4_many_rows},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
         {"dot_f64", test_dot_f64},
