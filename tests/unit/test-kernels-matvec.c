@@ -497,12 +497,12 @@ static void test_fp4_random_shapes(void **state)
 }
 
 /*
- * Many activation rows in one call (prefill, batches): the AVX-512 twin's tile with the
- * block factor split into a weight and an activation half runs on groups of 5..8
- * contiguous 16-bit-class rows. Rows scaled far up or down put 2^eo near and past its
- * limits (those rows leave the group), weight rows with scale bytes 0 and 255 take the
- * definition, 1 and 254 the split, and rows that are not QDQ'd, 18-bit or all zero sit
- * inside the batch and break the groups.
+ * Many activation rows in one call (prefill, batches): from 8 rows the AVX-512 twin runs
+ * the definition in fp32 (groups of 8 or 4, zero rows padding a group), below that the
+ * integer tiles. Weight rows with scale bytes 0, 1, 254 and 255 (row 4: weights all 1.0
+ * against row 5's positive x, where a wrong NaN scale gives +inf); activation rows near
+ * and past the integer path's limits (2^eo of 2^-127 and 2^-126, values at 2^124 whose
+ * definition partials overflow), all-zero, 18-bit and non-QDQ'd rows inside the batch.
  */
 static void test_fp4_many_rows(void **state)
 {
@@ -510,9 +510,8 @@ static void test_fp4_many_rows(void **state)
     static const uint32_t shapes[][2] = {{9, 96}, {16, 256}, {33, 160}, {5, 4096}, {130, 64}};
     static const size_t nxs[] = {5, 6, 7, 8, 9, 12, 16, 17, 24, 33};
     enum { NXM = 33 };
-    /* 2^eo of -104 is 2^-127 (not normal: the row leaves the group), of -103 2^-126 (the
-     * last normal); 40 and -103 put S + eo outside 1..254 (harmless to the split); 124
-     * could overflow a partial of the definition (the row takes the definition) */
+    /* rows scaled by 2^s (one binade of E4M3 mantissas): the integer path's 2^eo is
+     * 2^(s − 23), so -104 and -103 sit at its lower limit; 124 could overflow a partial */
     static const int scale[NXM] = {0, 0, 0, 0, 0, 0, 0, 0, -104, 0, 0, 0, 0, 0, 0, 0, 40,
                                    0, 0, 0, 0, -103, 0, 0, 0, 0, 0, 124, 0, 0, 0, 0, 0};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
