@@ -140,6 +140,21 @@ static float block_amax(const float *x, size_t n)
     return amax;
 }
 
+/* dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(q)) for |q| ≤ 448 (not NaN), without the code: the
+ * same two roundings written straight into the fp32 value (a fifth of the fake-quant's
+ * time went to the two calls per element in a prefill profile) */
+static inline float e4m3_round(float q)
+{
+    const uint32_t u = dsv4_bits_from_f32(q), sign = u & 0x80000000u;
+    uint32_t a = u & 0x7FFFFFFFu;
+    if (a < 0x3C800000u) { /* below 2^-6: multiples of 2^-9, RNE by adding 2^14 */
+        const float r = (dsv4_f32_from_bits(a) + 16384.0f) - 16384.0f;
+        return dsv4_f32_from_bits(dsv4_bits_from_f32(r) | sign);
+    }
+    a += 0x7FFFFu + ((a >> 20) & 1u); /* RNE to 3 mantissa bits; 448 is the largest result */
+    return dsv4_f32_from_bits((a & 0xFFF00000u) | sign);
+}
+
 void dsv4_fp8_qdq(float *x, size_t n, size_t block)
 {
     const float inv448 = 1.0f / 448.0f;
@@ -159,7 +174,7 @@ void dsv4_fp8_qdq(float *x, size_t n, size_t block)
         for (size_t i = 0; i < m; i++) {
             float q = v[i] * inv; /* exact: power of two, |q| ≤ 448 */
             q = q > 448.0f ? 448.0f : q < -448.0f ? -448.0f : q;
-            v[i] = dsv4_e4m3_to_f32(dsv4_f32_to_e4m3(q)) * s;
+            v[i] = e4m3_round(q) * s;
         }
     }
 }

@@ -36,7 +36,7 @@
 /* the float path (fp4_block_f): activation rows per tile (at most), weight rows per
  * block, pairs of blocks per chunk of K, and the call size from which it runs (fewer
  * rows: the integer tiles, tuned for decode) */
-#define FP4_FNX 8
+#define FP4_FNX 16
 #define FP4_FRB 16
 #define FP4_KCP 4
 #define FP4_F_FROM 8
@@ -459,58 +459,10 @@ static void fp4_xperm(const float *x, uint32_t nb, float *X, size_t np, size_t n
     }
 }
 
-/* RR (1 or 2) weight rows from r of the row block × NX permuted rows over pairs [c0, c1)
- * of the chunk at Xc: both rows use each loaded X vector (one 512-bit load per fma
- * measured half the FMA peak on a 2-vCPU Xeon, two per load lift that bound) */
-INLINE void fp4_rows_chunk(const int RR, const int NX, const struct dsv4_fp4_weight *w,
-                           uint32_t row, uint32_t c0, uint32_t c1, const float *Xc,
-                           __m512 accm[][FP4_FNX])
-{
-    const uint32_t nb = w->cols / 32;
-    __m512 acc[2][FP4_FNX];
-    const uint8_t *wr[2], *sr[2];
-    for (int r = 0; r < RR; r++) {
-        wr[r] = w->w + (size_t)(row + r) * (w->cols / 2);
-        sr[r] = w->scale + (size_t)(row + r) * nb;
-        for (int n = 0; n < NX; n++)
-            acc[r][n] = accm[r][n];
-    }
-    for (uint32_t pr = c0; pr < c1; pr++) {
-        const uint32_t b = 2 * pr;
-        const int odd = b + 1 < nb;
-        __m512 wt[2][4], ws[2];
-        for (int r = 0; r < RR; r++) {
-            fp4_wdec_f(wr[r] + (size_t)b * 16, odd, wt[r]);
-            ws[r] = _mm512_castsi512_ps(
-                _mm512_inserti64x4(_mm512_set1_epi32(fp4_sbits(sr[r][b])),
-                                   _mm256_set1_epi32(odd ? fp4_sbits(sr[r][b + 1]) : 0), 1));
-        }
-        const float *xb = Xc + (size_t)(pr - c0) * 64;
-        for (int n = 0; n < NX; n++) {
-            const float *xn = xb + (size_t)n * FP4_KCP * 64;
-            __m512 p[2];
-            __m512 xv = _mm512_load_ps(xn);
-            for (int r = 0; r < RR; r++)
-                p[r] = _mm512_mul_ps(wt[r][0], xv);
-            for (int t = 1; t < 4; t++) {
-                xv = _mm512_load_ps(xn + t * 16);
-                for (int r = 0; r < RR; r++)
-                    p[r] = _mm512_fmadd_ps(wt[r][t], xv, p[r]);
-            }
-            for (int r = 0; r < RR; r++)
-                acc[r][n] = odd ? _mm512_fmadd_ps(p[r], ws[r], acc[r][n])
-                                : _mm512_mask3_fmadd_ps(p[r], ws[r], acc[r][n], 0x00FF);
-        }
-    }
-    for (int r = 0; r < RR; r++)
-        for (int n = 0; n < NX; n++)
-            accm[r][n] = acc[r][n];
-}
-
 /*
  * Weight rows [r0, r1) (at most FP4_FRB) × NX permuted rows (np in X), along K chunk by
- * chunk: per pair of weight rows the chunk's pairs are decoded once for the NX rows, the
- * accumulators live in registers over the chunk and in accm between chunks, and the
+ * chunk: per weight row the chunk's pairs are decoded once for the NX rows, the NX
+ * accumulators live in registers over the chunk and in acc between chunks, and the
  * chunk of X stays in L1 for the whole row block.
  */
 INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t r1,
@@ -524,11 +476,34 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
     for (uint32_t c0 = 0; c0 < npair; c0 += FP4_KCP) {
         const uint32_t c1 = npair - c0 < FP4_KCP ? npair : c0 + FP4_KCP;
         const float *Xc = X + (size_t)c0 * np * 64;
-        uint32_t r = 0;
-        for (; r + 2 <= r1 - r0; r += 2)
-            fp4_rows_chunk(2, NX, w, r0 + r, c0, c1, Xc, accm + r);
-        if (r < r1 - r0)
-            fp4_rows_chunk(1, NX, w, r0 + r, c0, c1, Xc, accm + r);
+        for (uint32_t r = 0; r < r1 - r0; r++) {
+            const uint8_t *wr = w->w + (size_t)(r0 + r) * (w->cols / 2);
+            const uint8_t *sr = w->scale + (size_t)(r0 + r) * nb;
+            __m512 acc[FP4_FNX];
+            for (int n = 0; n < NX; n++)
+                acc[n] = accm[r][n];
+            for (uint32_t pr = c0; pr < c1; pr++) {
+                const uint32_t b = 2 * pr;
+                const int odd = b + 1 < nb;
+                __m512 wt[4];
+                fp4_wdec_f(wr + (size_t)b * 16, odd, wt);
+                const __m512 ws = _mm512_castsi512_ps(
+                    _mm512_inserti64x4(_mm512_set1_epi32(fp4_sbits(sr[b])),
+                                       _mm256_set1_epi32(odd ? fp4_sbits(sr[b + 1]) : 0), 1));
+                const float *xb = Xc + (size_t)(pr - c0) * 64;
+                for (int n = 0; n < NX; n++) {
+                    const float *xn = xb + (size_t)n * FP4_KCP * 64;
+                    __m512 p = _mm512_mul_ps(wt[0], _mm512_load_ps(xn));
+                    p = _mm512_fmadd_ps(wt[1], _mm512_load_ps(xn + 16), p);
+                    p = _mm512_fmadd_ps(wt[2], _mm512_load_ps(xn + 32), p);
+                    p = _mm512_fmadd_ps(wt[3], _mm512_load_ps(xn + 48), p);
+                    acc[n] = odd ? _mm512_fmadd_ps(p, ws, acc[n])
+                                 : _mm512_mask3_fmadd_ps(p, ws, acc[n], 0x00FF);
+                }
+            }
+            for (int n = 0; n < NX; n++)
+                accm[r][n] = acc[n];
+        }
     }
     for (uint32_t r = 0; r < r1 - r0; r++)
         for (int n = 0; n < NX; n++) {
@@ -571,13 +546,11 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
             float *yb = pad ? ypad : y + n0 * ldy;
             const size_t ld = pad ? FP4_FRB : ldy;
             const uint32_t yoff = pad ? r0 : 0;
-            for (size_t g = 0; g < ng; g += FP4_FNX) {
-                const float *Xg = X + g * FP4_KCP * 64;
-                float *yg = yb + g * ld;
-                if (ng - g >= FP4_FNX)
-                    fp4_block_f(FP4_FNX, w, r0, r1, Xg, np, yg, ld, yoff);
-                else
-                    fp4_block_f(4, w, r0, r1, Xg, np, yg, ld, yoff);
+            switch (ng) {
+            case 4: fp4_block_f(4, w, r0, r1, X, np, yb, ld, yoff); break;
+            case 8: fp4_block_f(8, w, r0, r1, X, np, yb, ld, yoff); break;
+            case 12: fp4_block_f(12, w, r0, r1, X, np, yb, ld, yoff); break;
+            default: fp4_block_f(16, w, r0, r1, X, np, yb, ld, yoff); break;
             }
             if (pad)
                 for (size_t n = 0; n < nc; n++)

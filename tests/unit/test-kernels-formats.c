@@ -354,6 +354,21 @@ static void test_qdq(void **state)
         x[5] = 6.0f * ldexpf(1.0f, k);
         check_qdq(1, x, 32, 32);
     }
+    /* ties: with amax 448 (s = 1) every midpoint between neighbouring E4M3 values, its
+     * two float neighbours and their negatives, subnormal range included (RNE) */
+    for (int c0 = 0; c0 < 0x7E; c0 += 21) {
+        x[0] = 448.0f;
+        int i = 1;
+        for (int c = c0; c < 0x7E && i + 6 <= 128; c++) {
+            float mid = (dsv4_e4m3_to_f32((uint8_t)c) + dsv4_e4m3_to_f32((uint8_t)(c + 1))) / 2;
+            float v[3] = {mid, nextafterf(mid, 0.0f), nextafterf(mid, 1000.0f)};
+            for (int j = 0; j < 3; j++)
+                x[i++] = v[j], x[i++] = -v[j];
+        }
+        for (; i < 128; i++)
+            x[i] = 0.0f;
+        check_qdq(0, x, 128, 128);
+    }
     /* the 1e-4 floor: a block of tiny values is quantised with s = 2^-22 */
     for (int i = 0; i < 128; i++)
         x[i] = 1e-7f * (float)i; /* amax 1.27e-5 < 1e-4 */
