@@ -141,10 +141,53 @@ __attribute__((target("avx512f"))) static float fma_avx512(long steps)
     a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
     return _mm512_reduce_add_ps(a0);
 }
+
+/* the same chains with one operand of every FMA loaded from L1 (a 6 KiB buffer): the
+ * bound of a kernel that loads a vector per FMA (the float tiles load x so) */
+static float fma_l1_buf[8 * 12 * 16] __attribute__((aligned(64)));
+
+#define FMA12M(f, L)                                                                               \
+    a0 = f(a0, L(p), c), a1 = f(a1, L(p + 1 * VW), c), a2 = f(a2, L(p + 2 * VW), c),             \
+    a3 = f(a3, L(p + 3 * VW), c), a4 = f(a4, L(p + 4 * VW), c), a5 = f(a5, L(p + 5 * VW), c),    \
+    a6 = f(a6, L(p + 6 * VW), c), a7 = f(a7, L(p + 7 * VW), c), a8 = f(a8, L(p + 8 * VW), c),    \
+    a9 = f(a9, L(p + 9 * VW), c), a10 = f(a10, L(p + 10 * VW), c), a11 = f(a11, L(p + 11 * VW), c)
+
+__attribute__((target("avx2,fma"))) static float fma_l1_avx2(long steps)
+{
+    enum { VW = 8 };
+    __m256 a0 = _mm256_set1_ps(0.5f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const __m256 c = _mm256_set1_ps(0.0005f);
+    for (long i = 0; i < steps; i++) {
+        const float *p = fma_l1_buf + (i & 7) * 12 * VW;
+        FMA12M(_mm256_fmadd_ps, _mm256_load_ps);
+    }
+    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
+    return _mm256_cvtss_f32(a0);
+}
+
+__attribute__((target("avx512f"))) static float fma_l1_avx512(long steps)
+{
+    enum { VW = 16 };
+    __m512 a0 = _mm512_set1_ps(0.5f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0,
+           a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+    const __m512 c = _mm512_set1_ps(0.0005f);
+    for (long i = 0; i < steps; i++) {
+        const float *p = fma_l1_buf + (i & 7) * 12 * VW;
+        FMA12M(_mm512_fmadd_ps, _mm512_load_ps);
+    }
+    a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                       _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+    return _mm512_reduce_add_ps(a0);
+}
 #endif
 
 struct fma_job {
     int lanes;
+    int l1;         /* one operand from L1 */
     long steps;
     volatile float sink[64];
 };
@@ -154,15 +197,18 @@ static void fma_share(void *ctx, int worker, int n_workers)
     struct fma_job *j = ctx;
     (void)n_workers;
 #if defined(__x86_64__)
-    j->sink[worker] = j->lanes == 16 ? fma_avx512(j->steps) : fma_avx2(j->steps);
+    if (j->l1)
+        j->sink[worker] = j->lanes == 16 ? fma_l1_avx512(j->steps) : fma_l1_avx2(j->steps);
+    else
+        j->sink[worker] = j->lanes == 16 ? fma_avx512(j->steps) : fma_avx2(j->steps);
 #else
     j->sink[worker] = 0;
 #endif
 }
 
 /* multiply-adds per second of the widest FMA this CPU has, on every worker of
- * the pool (best of 3); 0 when none */
-static double fma_peak_gmacs(dsv4_pool *pool, int *lanes_out)
+ * the pool (best of 3), with one operand from L1 if l1; 0 when none */
+static double fma_peak_gmacs(dsv4_pool *pool, int l1, int *lanes_out)
 {
     int lanes = 0;
 #if defined(__x86_64__)
@@ -176,7 +222,7 @@ static double fma_peak_gmacs(dsv4_pool *pool, int *lanes_out)
         return 0;
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
-        struct fma_job j = {.lanes = lanes, .steps = FMA_STEPS / (lanes / 8)};
+        struct fma_job j = {.lanes = lanes, .l1 = l1, .steps = FMA_STEPS / (lanes / 8)};
         uint64_t t0 = dsv4_now_ns();
         dsv4_pool_run(pool, fma_share, &j);
         double g = (double)j.steps * 12 * lanes * dsv4_pool_size(pool) / (double)(dsv4_now_ns() - t0);
@@ -494,13 +540,17 @@ int main(int argc, char **argv)
     double bw1 = dram_read_gbs(one, c.arena, arena_len);
     double bwn = dram_read_gbs(all, c.arena, arena_len);
     int lanes;
-    double pk1 = fma_peak_gmacs(one, &lanes), pkn = fma_peak_gmacs(all, &lanes);
+    double pk1 = fma_peak_gmacs(one, 0, &lanes), pkn = fma_peak_gmacs(all, 0, &lanes);
+    double pl1 = fma_peak_gmacs(one, 1, &lanes);
     printf("read ceiling (%d-stream SIMD read with prefetch, %zu MiB, best of 3): 1 thread %.2f GB/s,"
            " %d threads %.2f GB/s\n",
            READ_STREAMS, arena_len >> 20, bw1, threads, bwn);
     printf("FMA peak (%d-lane fp32 FMAs, 12 chains, best of 3): 1 thread %.2f GMAC/s, %d threads"
            " %.2f GMAC/s\n",
            lanes, pk1, threads, pkn);
+    printf("FMA with one operand loaded from L1 (the bound of a kernel that loads a vector per FMA):"
+           " 1 thread %.2f GMAC/s = %.2f of the peak\n",
+           pl1, pk1 > 0 ? pl1 / pk1 : 0.0);
     printf("pool dispatch latency (empty job, %d threads): %.2f us\n", threads,
            pool_latency_us(all));
 #ifdef _OPENMP
