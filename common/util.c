@@ -65,3 +65,22 @@ uint64_t dsv4_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * DSV4_NSEC_PER_SEC + (uint64_t)ts.tv_nsec;
 }
+
+void dsv4_cpu_model(char *out, size_t n)
+{
+    snprintf(out, n, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *c = strchr(line, ':');
+            if (c) {
+                snprintf(out, n, "%s", c[1] == ' ' ? c + 2 : c + 1);
+                out[strcspn(out, "\n")] = '\0';
+            }
+            break;
+        }
+    fclose(f);
+}

@@ -60,3 +60,7 @@ static inline bool dsv4_add_u64(uint64_t a, uint64_t b, uint64_t *ret)
 
 /* Monotonic clock in nanoseconds: the one time type of the project. */
 uint64_t dsv4_now_ns(void);
+
+/* The CPU's model name from /proc/cpuinfo into out (n > 0), or "unknown CPU" (the
+ * hardware line of the benchmark tools). */
+void dsv4_cpu_model(char *out, size_t n);

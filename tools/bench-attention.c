@@ -194,18 +194,8 @@ int main(int argc, char **argv)
         if (c->layer_kind[l] == DSV4_ATTN_HCA && lhca < 0)
             lhca = l;
     }
-    char host[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-                snprintf(host, sizeof host, "%s", strchr(line, ':') + 2);
-                host[strcspn(host, "\n")] = '\0';
-                break;
-            }
-        fclose(f);
-    }
+    char host[256];
+    dsv4_cpu_model(host, sizeof host);
     double load[3] = {0};
     if (getloadavg(load, 3) < 0)
         load[0] = -1;

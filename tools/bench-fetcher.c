@@ -332,17 +332,8 @@ static int cmp_double(const void *a, const void *b)
 
 static void hardware_line(const char *dir)
 {
-    char model[512] = "?", line[512];
-    FILE *fp = fopen("/proc/cpuinfo", "r");
-    while (fp && fgets(line, sizeof(line), fp))
-        if (!strncmp(line, "model name", 10)) {
-            char *c = strchr(line, ':');
-            snprintf(model, sizeof(model), "%s", c ? c + 2 : line);
-            model[strcspn(model, "\n")] = 0;
-            break;
-        }
-    if (fp)
-        fclose(fp);
+    char model[256];
+    dsv4_cpu_model(model, sizeof model);
     struct utsname u;
     uname(&u);
     printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run)\n",

@@ -453,21 +453,8 @@ static struct timing time_calls(struct ctx *c, const struct shape *s, dsv4_pool 
 
 static void hardware_line(int threads)
 {
-    char model[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (strncmp(line, "model name", 10) == 0) {
-                char *p = strchr(line, ':');
-                if (p) {
-                    snprintf(model, sizeof model, "%s", p + 2);
-                    model[strcspn(model, "\n")] = '\0';
-                }
-                break;
-            }
-        fclose(f);
-    }
+    char model[256];
+    dsv4_cpu_model(model, sizeof model);
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     printf("hardware: %s, %ld cpus online, %d threads used, L3 %ld KiB, ISA:", model,
            sysconf(_SC_NPROCESSORS_ONLN), threads, l3 > 0 ? l3 / 1024 : -1);

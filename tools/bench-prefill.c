@@ -106,18 +106,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++)
         tok[i] = (int32_t)(((int64_t)i * 7919 + 11) % (c->vocab_size - 2) + 2);
     float *logits = dsv4_xmalloc((size_t)c->vocab_size * sizeof(*logits));
-    char host[256] = "unknown";
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[512];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-                snprintf(host, sizeof host, "%s", strchr(line, ':') + 2);
-                host[strcspn(host, "\n")] = '\0';
-                break;
-            }
-        fclose(f);
-    }
+    char host[256];
+    dsv4_cpu_model(host, sizeof host);
     double t_warm = prefill_once(e, tok, n, chunks[0], logits);
     double load[3] = {0};
     if (getloadavg(load, 3) < 0)

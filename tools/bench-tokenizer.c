@@ -24,19 +24,8 @@
 
 static void hardware_line(void)
 {
-    char model[256] = "unknown CPU", line[512];
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof(line), f))
-        if (strncmp(line, "model name", 10) == 0) {
-            char *c = strchr(line, ':');
-            if (c) {
-                snprintf(model, sizeof(model), "%s", c + 2);
-                model[strcspn(model, "\n")] = 0;
-            }
-            break;
-        }
-    if (f)
-        fclose(f);
+    char model[256];
+    dsv4_cpu_model(model, sizeof model);
     double load[3] = { 0 };
     getloadavg(load, 3);
     printf("hardware: %s, %ld cores online, load average %.2f (shared machine)\n", model,
