@@ -162,6 +162,11 @@ void qlinear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x
                  float *xq, float *y);
 void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n,
                  float *xq, float *y);
+/* qlinear_fp4 of two weights on the same input (an expert's w1 and w3): x is fake-quantised
+ * once, not once per weight */
+void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
+                     const struct dsv4_fp4_weight *wb, const float *x, int n, float *xq,
+                     float *ya, float *yb);
 /* bf16(w ⊙ x / rms(x)) over n rows of width d; w may be NULL (unweighted, fp32). */
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps);
 /* rotate the last 2*npairs dims of x (pairs interleaved) at position pos; bf16 result */

@@ -233,8 +233,7 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                                (size_t)d * sizeof(float));
                         slot[m++] = r * K + k;
                     }
-            qlinear_fp4(e, &ew[u]->w1, sc->gx, m, sc->xq, sc->g);
-            qlinear_fp4(e, &ew[u]->w3, sc->gx, m, sc->xq, sc->u);
+            qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
             for (int i = 0; i < m; i++)
                 swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
             qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);

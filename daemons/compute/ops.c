@@ -71,6 +71,22 @@ void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x
     dsv4_bf16_round_vec(y, (size_t)n * w->rows);
 }
 
+void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
+                     const struct dsv4_fp4_weight *wb, const float *x, int n, float *xq,
+                     float *ya, float *yb)
+{
+    if (wa->cols != wb->cols) { /* not one input width: each its own fake-quant */
+        qlinear_fp4(e, wa, x, n, xq, ya);
+        qlinear_fp4(e, wb, x, n, xq, yb);
+        return;
+    }
+    quant_rows(xq, x, n, wa->cols);
+    linear_fp4(e, wa, xq, n, ya);
+    dsv4_bf16_round_vec(ya, (size_t)n * wa->rows);
+    linear_fp4(e, wb, xq, n, yb);
+    dsv4_bf16_round_vec(yb, (size_t)n * wb->rows);
+}
+
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps)
 {
     for (int r = 0; r < n; r++) {
