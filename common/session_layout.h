@@ -18,6 +18,7 @@
 #define DSV4_DEFAULT_CHUNK 64           /* prefill rows per forward step */
 #define DSV4_DEFAULT_MAX_ROLLBACK 16
 #define DSV4_MAX_CHUNK 4096
+#define DSV4_MAX_PREFILL_CHUNK 512      /* the widest step the plan picks by itself */
 #define DSV4_DEFAULT_SESSIONS 4         /* sessions open at once (scheduler --max-active) */
 
 struct dsv4_session_layout {

@@ -70,6 +70,7 @@ struct compute {
     struct slot slots[MAX_SESSIONS];
     int vocab, threads;
     uint64_t session_budget;    /* --session-bytes (the plan's sessions); 0 = unlimited */
+    int chunk;                  /* --chunk: rows per prefill step of each session; 0 = default */
     uint64_t session_bytes;     /* allocated by the open sessions */
     int delay_ms;               /* DSV4_TEST_FORWARD_DELAY_MS: widen race windows in tests */
     uint64_t forwards;

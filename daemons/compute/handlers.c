@@ -110,12 +110,12 @@ static void do_open(struct compute *c, const struct dsv4_msg_session_open *m)
         reply_error(c, m->seq, DSV4_WE_BUSY, "all session slots in use");
         return;
     }
-    struct dsv4_session_opts o = { .max_ctx = m->max_ctx };
+    struct dsv4_session_opts o = { .max_ctx = m->max_ctx, .chunk = c->chunk };
     struct dsv4_err err;
     if (c->session_budget) {    /* the plan's share for sessions: states + one step scratch */
         uint64_t st, sc, step = dsv4_engine_scratch_bytes(c->e);
-        dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, 0, 0, c->threads, &st,
-                                &sc);
+        dsv4_plan_session_bytes(dsv4_engine_config(c->e), m->max_ctx, c->chunk, 0, c->threads,
+                                &st, &sc);
         if (st + sc > c->session_budget) {     /* even alone it never fits: not "busy" */
             char t[200];
             snprintf(t, sizeof(t), "too large: a %lld-position session needs %.1f MiB, the "

@@ -31,6 +31,7 @@
 #include "log.h"
 #include "plan.h"
 #include "prefix.h"
+#include "session_layout.h"
 
 static int fetched_acquire(void *ctx, int layer, const int *ids, int n,
                            const struct dsv4_expert_weights **ret, struct dsv4_err *err)
@@ -66,8 +67,8 @@ static void fetched_prefetch(void *ctx, int layer, const int *ids, int n)
 static void usage(void)
 {
     fprintf(stderr, "usage: dsv4-compute --model DIR [--run-dir DIR] [--threads N] [--fetcher]\n"
-                    "       [--memory-gb N] [--cache-bytes N] [--session-bytes N] [--max-lease N]\n"
-                    "       [--dspark] [--prefix-cache-mb N] [--prefix-cache-gb N]\n"
+                    "       [--memory-gb N] [--cache-bytes N] [--session-bytes N] [--chunk N]\n"
+                    "       [--max-lease N] [--dspark] [--prefix-cache-mb N] [--prefix-cache-gb N]\n"
                     "       [--prefix-cache-dir DIR] [--no-prefix-cache]\n");
 }
 
@@ -78,6 +79,7 @@ struct args {
     double prefix_disk_gb;      /* 0: no disk tier */
     bool prefix_off;
     int threads, max_lease;     /* max_lease -1: derive from the fetcher's slots */
+    int chunk;                  /* rows per prefill step (the plan's); 0: the engine's default */
     double mem_gb;
     uint64_t cache_bytes, session_budget;
     bool fetcher, dspark;
@@ -93,6 +95,7 @@ static int parse_argv(int argc, char **argv, struct args *a)
         { "cache-bytes", required_argument, NULL, 'c' },
         { "session-bytes", required_argument, NULL, 's' },
         { "max-lease", required_argument, NULL, 'l' },
+        { "chunk", required_argument, NULL, 'k' },
         { "fetcher", no_argument, NULL, 'F' },
         { "dspark", no_argument, NULL, 'D' },
         { "prefix-cache-mb", required_argument, NULL, 'P' },
@@ -118,6 +121,8 @@ static int parse_argv(int argc, char **argv, struct args *a)
         case 's': r = dsv4_parse_u64_opt(me, "session-bytes", optarg, 0, UINT64_MAX / 2,
                                          &a->session_budget); break;
         case 'l': r = dsv4_parse_int_opt(me, "max-lease", optarg, 0, 1 << 20, &a->max_lease);
+            break;
+        case 'k': r = dsv4_parse_int_opt(me, "chunk", optarg, 1, DSV4_MAX_CHUNK, &a->chunk);
             break;
         case 'F': a->fetcher = true; break;
         case 'D': a->dspark = true; break;
@@ -236,10 +241,12 @@ static int run(const struct args *a)
                                           : (uint64_t)(a->mem_gb * 0.25 * (1ull << 30));
     struct dsv4_engine_opts eo = { .n_threads = a->threads, .expert_cache_bytes = cache_bytes,
                                    .max_lease = a->max_lease > 0 ? a->max_lease : 0,
+                                   .step_rows = a->chunk,
                                    .on_layer = compute_on_layer, .on_layer_ctx = &c,
                                    .dspark = a->dspark };
     c.threads = a->threads;
     c.session_budget = a->session_budget;
+    c.chunk = a->chunk;
     struct dsv4_expert_provider prov = { &c.fetched, fetched_acquire, fetched_release,
                                          fetched_prefetch };
     if (a->fetcher && (rc = open_fetched(&c, a, &eo, &prov, &err)) != DSV4_EXIT_OK) {

@@ -36,7 +36,7 @@ struct dsv4_spec {
     int gamma, vocab, eos, n_taps, dim;
     const int *taps;
     float *logits;          /* [gamma+1][vocab] */
-    float *hidden;          /* [max(gamma+1, FEED_ROWS, W)][n_taps*dim] */
+    float *hidden;          /* [max(gamma+1, FEED_ROWS, W, chunk)][n_taps*dim] */
     float *tap_ring;        /* [cap][n_taps*dim]: taps of fed rows, slot = pos mod cap */
     int hidden_rows;        /* rows `hidden` holds */
     struct dsv4_capture bcap;   /* dsv4_spec_batch_item's */
@@ -103,7 +103,8 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
     if (d) {
         sp->W = dsv4_drafter_window(d);
         sp->cap = sp->W + TAP_SLACK;
-        int rows = DSV4_MAX(DSV4_MAX(sp->gamma + 1, FEED_ROWS), sp->W);
+        /* a step carries up to the session's chunk rows (stash_chunk) */
+        int rows = DSV4_MAX(DSV4_MAX(sp->gamma + 1, FEED_ROWS), DSV4_MAX(sp->W, s->chunk));
         sp->hidden_rows = rows;
         sp->hidden = dsv4_xmalloc((size_t)rows * sp->n_taps * sp->dim * sizeof(float));
         sp->tap_ring = dsv4_xmalloc((size_t)sp->cap * sp->n_taps * sp->dim * sizeof(float));

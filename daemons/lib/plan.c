@@ -63,6 +63,42 @@ uint64_t dsv4_plan_default_budget(void)
     return (uint64_t)kb * 1024 / 5 * 4;
 }
 
+/* The wider prefill step may take this share of the room above the minimum (the rest is the
+ * expert cache's: 1/32 costs it about 3 % of its slots). */
+#define DSV4_CHUNK_ROOM_SHARE 32
+
+/*
+ * Prefill runs a prompt in steps of `chunk` rows, and each routed expert sees about
+ * chunk·K/E of them: the larger the step, the more a weight read from RAM is reused
+ * (docs/benchmarks.md: chunk 512 prefills ≈ 1.2–1.5× chunk 64 on the synthetic Flash). A
+ * wider step costs every session its compressor and KV slack and the one step scratch, so
+ * the plan doubles the chunk (up to DSV4_MAX_PREFILL_CHUNK) while that extra stays within
+ * `room` bytes. The fixed part is then the chosen chunk's; the minimum stays the default's.
+ */
+static void widen_chunk(const struct dsv4_config *c, struct dsv4_plan *p, uint64_t room)
+{
+    const struct dsv4_plan_opts *o = &p->o;
+    uint64_t base = p->sessions_total;
+    int best = o->chunk;
+    uint64_t st = p->session_state, sc = p->session_scratch;
+    for (int ch = 2 * o->chunk; ch <= DSV4_MAX_PREFILL_CHUNK; ch *= 2) {
+        uint64_t st2, sc2;
+        dsv4_plan_session_bytes(c, o->max_ctx, ch, o->max_rollback, o->threads, &st2, &sc2);
+        if ((uint64_t)o->sessions * st2 + sc2 - base > room)
+            break;
+        best = ch, st = st2, sc = sc2;
+    }
+    if (best == o->chunk)
+        return;
+    uint64_t total = (uint64_t)o->sessions * st + sc;
+    p->chunk_extra = total - base;
+    p->fixed += p->chunk_extra;     /* the minimum stays the default chunk's */
+    p->o.chunk = best;
+    p->session_state = st;
+    p->session_scratch = sc;
+    p->sessions_total = total;
+}
+
 int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opts,
                    struct dsv4_plan *p, struct dsv4_err *err)
 {
@@ -74,7 +110,9 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
         o.max_ctx = DSV4_DEFAULT_MAX_CTX;
     if (!o.sessions)
         o.sessions = DSV4_DEFAULT_SESSIONS;
-    if (!o.chunk)
+    /* no chunk asked: plan at the default, then widen it if the room allows (below) */
+    bool chunk_auto = o.chunk == 0;
+    if (chunk_auto)
         o.chunk = DSV4_DEFAULT_CHUNK;
     if (!o.max_rollback)
         o.max_rollback = DSV4_DEFAULT_MAX_ROLLBACK;
@@ -137,6 +175,9 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
         p->prefix_ram = DSV4_MIN(256 * MIB, (p->budget - p->minimum) / 8);
         p->fixed += p->prefix_ram;
     }
+    /* (DSpark feeds its drafter in 64-row pieces whatever the step: daemons/compute/speculate.c) */
+    if (chunk_auto && !o.dspark && p->budget > p->minimum)
+        widen_chunk(c, p, (p->budget - p->minimum) / DSV4_CHUNK_ROOM_SHARE);
     if (p->budget >= p->minimum) {
         p->n_slots = DSV4_MIN((p->budget - p->fixed - p->cache_header) / p->slot_bytes,
                               p->experts_total);
@@ -192,9 +233,10 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
     row(f, "drafter", p->drafter, p->drafter ? "MTP/DSpark stages" : "none in this model");
     if (p->drafter_cache)
         row(f, "drafter experts", p->drafter_cache, "compute's LRU: one drafted block per stage");
-    snprintf(note, sizeof(note), "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch",
+    snprintf(note, sizeof(note),
+             "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch (%d-row steps)",
              p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
-             p->session_scratch / (double)MIB);
+             p->session_scratch / (double)MIB, p->o.chunk);
     row(f, "sessions", p->sessions_total, note);
     row(f, "compute scratch", p->compute_scratch, "logits rows, replies, lease table");
     row(f, "prefix cache", p->prefix_ram, p->prefix_ram ? "RAM tier of the prefix cache (LRU)"
@@ -221,7 +263,7 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             "{\"budget\":%" PRIu64 ",\"minimum\":%" PRIu64 ",\"dense\":%" PRIu64
             ",\"embed_head\":%" PRIu64 ",\"drafter\":%" PRIu64 ",\"drafter_cache\":%" PRIu64
             ",\"session_state\":%" PRIu64
-            ",\"session_scratch\":%" PRIu64 ",\"sessions\":%d,\"max_ctx\":%lld"
+            ",\"session_scratch\":%" PRIu64 ",\"chunk\":%d,\"sessions\":%d,\"max_ctx\":%lld"
             ",\"sessions_total\":%" PRIu64 ",\"compute_scratch\":%" PRIu64
             ",\"overhead\":%" PRIu64 ",\"fixed\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
             ",\"cache_header\":%" PRIu64 ",\"cache_bytes\":%" PRIu64 ",\"n_slots\":%" PRIu64
@@ -229,7 +271,7 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d,\"prefix_ram\":%" PRIu64 "}\n",
             p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->drafter_cache,
             p->session_state,
-            p->session_scratch, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
+            p->session_scratch, p->o.chunk, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
             p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
             p->cache_bytes,
             p->n_slots, p->min_slots, p->experts_total, p->max_lease, p->prefix_ram);

@@ -20,6 +20,7 @@
 #include "exitcode.h"
 #include "metrics.h"
 #include "parse.h"
+#include "session_layout.h"
 #include "supervisor.h"
 
 static void usage(void)
@@ -27,7 +28,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: dsv4-supervisor --model DIR [--run-dir DIR] [--threads N] [--memory-gb N]\n"
             "       [--budget-bytes N] [--cache-bytes N] [--session-bytes N]\n"
-            "       [--drafter-cache-bytes N] [--sessions N] [--step-tokens N] [--max-ctx N]\n"
+            "       [--drafter-cache-bytes N] [--sessions N] [--step-tokens N] [--chunk N]\n"
+            "       [--max-ctx N]\n"
             "       [--prefix-cache-mb N] [--prefix-cache-gb N] [--prefix-cache-dir DIR]\n"
             "       [--no-prefix-cache]\n"
             "       [--metrics-addr HOST:PORT [--metrics-required] | --no-metrics]\n"
@@ -50,6 +52,7 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
         { "drafter-cache-bytes", required_argument, NULL, 'D' },
         { "sessions", required_argument, NULL, 's' },
         { "step-tokens", required_argument, NULL, 'k' },
+        { "chunk", required_argument, NULL, 'H' },
         { "prefix-cache-mb", required_argument, NULL, 'P' },
         { "prefix-cache-gb", required_argument, NULL, 'G' },
         { "prefix-cache-dir", required_argument, NULL, 'X' },
@@ -94,6 +97,8 @@ static int parse_argv(int argc, char **argv, struct supervisor_opts *o, int *rea
                                          &o->drafter_cache_bytes); break;
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &o->sessions); break;
         case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 0, 1 << 20, &o->step_tokens);
+            break;
+        case 'H': r = dsv4_parse_int_opt(me, "chunk", optarg, 0, DSV4_MAX_CHUNK, &o->chunk);
             break;
         case 'P': {
             int mb;

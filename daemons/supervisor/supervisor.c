@@ -85,7 +85,7 @@ static void say(int *fd, const char *fmt, ...)
 static int spawn(struct sv *s, struct child *c)
 {
     char log[DSV4_PATH_MAX + 32], threads[16], mem[32], cache[24], dcache[24], sess[24],
-        active[16], steptok[16];
+        active[16], steptok[16], chunk[16];
     snprintf(log, sizeof(log), "%s/%s.log", s->dir, dsv4_role_name(c->role));
     snprintf(threads, sizeof(threads), "%d", s->o->threads);
     snprintf(mem, sizeof(mem), "%g", s->o->memory_gb);
@@ -94,6 +94,7 @@ static int spawn(struct sv *s, struct child *c)
     snprintf(sess, sizeof(sess), "%llu", (unsigned long long)s->o->session_bytes);
     snprintf(active, sizeof(active), "%d", s->o->sessions);
     snprintf(steptok, sizeof(steptok), "%d", s->o->step_tokens);
+    snprintf(chunk, sizeof(chunk), "%d", s->o->chunk);
     char ctx[24];
     snprintf(ctx, sizeof(ctx), "%lld", (long long)s->o->max_ctx);
     atomic_store(&c->stats->state, DSV4_STATE_STARTING);
@@ -117,7 +118,7 @@ static int spawn(struct sv *s, struct child *c)
         sigemptyset(&all);
         pthread_sigmask(SIG_SETMASK, &all, NULL);
         setenv("DSV4_SUPERVISED", "1", 1);
-        /* 5 fixed + at most 18 per role (compute) + NULL; every option appended */
+        /* 5 fixed + at most 20 per role (compute) + NULL; every option appended */
         char *argv[32] = { c->exe, "--run-dir", s->dir, "--model", (char *)s->o->model };
         char **a = argv + 5;
         bool fetcher = s->ch[DSV4_ROLE_FETCHER].present;
@@ -150,6 +151,10 @@ static int spawn(struct sv *s, struct child *c)
             if (s->o->session_bytes) {
                 *a++ = "--session-bytes";
                 *a++ = sess;
+            }
+            if (s->o->chunk > 0) {  /* the plan's prefill step */
+                *a++ = "--chunk";
+                *a++ = chunk;
             }
             if (!fetcher && s->o->cache_bytes) {
                 *a++ = "--cache-bytes";

@@ -26,6 +26,7 @@ struct supervisor_opts {
                                    * drafter's expert LRU; the target's experts are the fetcher's) */
     int sessions;               /* scheduler --max-active (0: its default) */
     int step_tokens;            /* scheduler --step-tokens (0: its default) */
+    int chunk;                  /* compute --chunk: the plan's prefill step (0: its default) */
     /* compute's prefix cache: passed on as given (NULL: compute's default) */
     const char *prefix_mb, *prefix_gb, *prefix_dir;
     bool no_prefix;

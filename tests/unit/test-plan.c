@@ -40,7 +40,8 @@ static void check_rows(const struct dsv4_config *c, const struct dsv4_plan *p)
                     p->sessions_total + p->compute_scratch + p->overhead;
     bool carved = p->o.prefix_ram == DSV4_PLAN_PREFIX_DEFAULT;
     assert_int_equal(p->fixed, base + p->prefix_ram);
-    assert_int_equal(p->minimum, (carved ? base : p->fixed) + p->cache_header +
+    /* (the minimum is the default step's: a step the plan widened adds chunk_extra) */
+    assert_int_equal(p->minimum, (carved ? base : p->fixed) - p->chunk_extra + p->cache_header +
                                      p->min_slots * p->slot_bytes);
     if (carved && p->budget > p->minimum)
         assert_int_equal(p->prefix_ram, DSV4_MIN(256ull << 20, (p->budget - p->minimum) / 8));
@@ -198,12 +199,72 @@ static void test_minimum_is_tight(void **state)
     free(c);
 }
 
+/* Without --chunk the plan widens the prefill step: the widest power of two from the default
+ * up to DSV4_MAX_PREFILL_CHUNK whose extra session memory fits 1/32 of the room above the
+ * minimum (the next doubling would not); the default at the minimum and with DSpark; an
+ * explicit chunk is kept; the minimum does not move; wider with a larger budget. */
+static void test_chunk_from_budget(void **state)
+{
+    (void)state;
+    struct dsv4_config *c = malloc(sizeof(*c));
+    struct dsv4_err err = { "" };
+    static const double gib[] = { 0, 12, 15, 24, 48, 96, 1024 };
+    for (size_t m = 0; m < sizeof(models) / sizeof(models[0]); m++) {
+        assert_int_equal(dsv4_config_load(models[m], c, &err), 0);
+        int last = 0;
+        for (size_t g = 0; g < sizeof(gib) / sizeof(gib[0]); g++) {
+            struct dsv4_plan_opts o = { .budget_bytes = (uint64_t)(gib[g] * 1073741824.0),
+                                        .sessions = 4 };
+            struct dsv4_plan p, d;
+            if (g == 0) {   /* exactly the minimum */
+                o.budget_bytes = 1;
+                dsv4_plan_make(c, &o, &p, &err);
+                o.budget_bytes = p.minimum;
+            }
+            if (dsv4_plan_make(c, &o, &p, &err) < 0)
+                continue;
+            check_rows(c, &p);
+            struct dsv4_plan_opts od = o;
+            od.chunk = DSV4_DEFAULT_CHUNK;
+            assert_int_equal(dsv4_plan_make(c, &od, &d, &err), 0);
+            assert_int_equal(p.minimum, d.minimum);
+            int ch = p.o.chunk;
+            assert_true(ch >= DSV4_DEFAULT_CHUNK && ch <= DSV4_MAX_PREFILL_CHUNK);
+            assert_int_equal(ch & (ch - 1), 0);
+            assert_true(ch >= last);
+            last = ch;
+            uint64_t room = (p.budget - p.minimum) / 32;
+            assert_true(p.sessions_total - d.sessions_total <= room);
+            assert_int_equal(p.fixed - d.fixed, p.sessions_total - d.sessions_total);
+            assert_int_equal(p.chunk_extra, p.sessions_total - d.sessions_total);
+            if (g == 0)
+                assert_int_equal(ch, DSV4_DEFAULT_CHUNK);
+            if (ch < DSV4_MAX_PREFILL_CHUNK) {  /* the next doubling does not fit */
+                struct dsv4_plan w;
+                od.chunk = 2 * ch;
+                int r = dsv4_plan_make(c, &od, &w, &err);
+                assert_true(r == -ENOSPC || w.sessions_total - d.sessions_total > room);
+            }
+            od.chunk = 100;     /* asked for: kept (even where it does not fit) */
+            dsv4_plan_make(c, &od, &d, &err);
+            assert_int_equal(d.o.chunk, 100);
+            assert_int_equal(d.chunk_extra, 0);
+            o.dspark = true;    /* DSpark feeds its drafter in 64-row pieces */
+            if (dsv4_plan_make(c, &o, &d, &err) == 0)
+                assert_int_equal(d.o.chunk, DSV4_DEFAULT_CHUNK);
+        }
+        assert_true(last > DSV4_DEFAULT_CHUNK);     /* some budget widens it */
+    }
+    free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_add_up),
         cmocka_unit_test(test_minimum_is_tight),
         cmocka_unit_test(test_state_bytes_formula),
+        cmocka_unit_test(test_chunk_from_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,8 +21,8 @@
 #include "session_layout.h"
 
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
-                      int threads, bool dspark, uint64_t prefix_ram, struct dsv4_plan *ret,
-                      struct dsv4_err *err)
+                      int threads, bool dspark, uint64_t prefix_ram, int chunk,
+                      struct dsv4_plan *ret, struct dsv4_err *err)
 {
     struct dsv4_config cfg;
     int rc = dsv4_config_load(model, &cfg, err);
@@ -32,6 +32,7 @@ int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int 
     struct dsv4_plan_opts o = { .budget_bytes = (uint64_t)(memory_gb * 1073741824.0),
                                 .max_ctx = max_ctx,
                                 .sessions = sessions,
+                                .chunk = chunk,
                                 .threads = threads,
                                 .dspark = dspark,
                                 .prefix_ram = prefix_ram };
@@ -56,13 +57,14 @@ int dsv4ctl_plan(int argc, char **argv)
         { "threads", required_argument, NULL, 't' },
         { "json", no_argument, NULL, 'j' },
         { "dspark", no_argument, NULL, 'D' },
+        { "chunk", required_argument, NULL, 'k' },
         { "help", no_argument, NULL, 'h' },
         { 0 },
     };
     const char *model = NULL;
     double gb = 0;
     int64_t ctx = 0;
-    int sessions = 0, threads = dsv4ctl_default_threads(), c, bad = 0;
+    int sessions = 0, threads = dsv4ctl_default_threads(), chunk = 0, c, bad = 0;
     const char *me = "dsv4ctl plan";
     bool json = false, dspark = false;
     optind = 1;
@@ -79,13 +81,17 @@ int dsv4ctl_plan(int argc, char **argv)
         case 't': bad = dsv4_parse_int_opt(me, "threads", optarg, 1, 4096, &threads); break;
         case 'j': json = true; break;
         case 'D': dspark = true; break;
+        case 'k': bad = dsv4_parse_int_opt(me, "chunk", optarg, 0, DSV4_MAX_CHUNK, &chunk); break;
         case 'h':
             printf("usage: dsv4ctl plan --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
-                   "[--threads N] [--dspark] [--json]\n"
+                   "[--threads N] [--dspark] [--chunk N] [--json]\n"
                    "  --memory-gb  budget in GiB for all daemons (default: 80%% of MemAvailable)\n"
                    "  --max-ctx    positions per session (default " DSV4_STRINGIFY(DSV4_DEFAULT_MAX_CTX) ")\n"
                    "  --sessions   sessions at once (default " DSV4_STRINGIFY(DSV4_DEFAULT_SESSIONS) ", the scheduler's --max-active)\n"
-                   "  --dspark     the set runs the DSpark drafter (plans its experts' cache)\n");
+                   "  --dspark     the set runs the DSpark drafter (plans its experts' cache)\n"
+                   "  --chunk      rows per prefill step (default: the widest up to "
+                   DSV4_STRINGIFY(DSV4_MAX_PREFILL_CHUNK) " whose memory fits 1/32 of the room\n"
+                   "               above the minimum, at least " DSV4_STRINGIFY(DSV4_DEFAULT_CHUNK) ")\n");
             return DSV4_EXIT_OK;
         default: return DSV4_EXIT_USAGE;
         }
@@ -99,7 +105,7 @@ int dsv4ctl_plan(int argc, char **argv)
     struct dsv4_plan p;
     struct dsv4_err err;
     int rc = dsv4ctl_make_plan(model, gb, ctx, sessions, threads, dspark,
-                               DSV4_PLAN_PREFIX_DEFAULT, &p, &err);
+                               DSV4_PLAN_PREFIX_DEFAULT, chunk, &p, &err);
     if (rc != DSV4_EXIT_OK && rc != DSV4_EXIT_FAIL) {
         fprintf(stderr, "dsv4ctl plan: %s\n", err.msg);
         return rc;

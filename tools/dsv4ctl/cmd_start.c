@@ -37,6 +37,7 @@
 #include "parse.h"
 #include "plan.h"
 #include "rundir.h"
+#include "session_layout.h"
 
 /* The supervisor's command line: every value as text, the strings owned by `a`. */
 struct sv_argv {
@@ -80,6 +81,7 @@ int dsv4ctl_start(int argc, char **argv)
         { "max-ctx", required_argument, NULL, 'c' },
         { "sessions", required_argument, NULL, 's' },
         { "step-tokens", required_argument, NULL, 'k' },
+        { "chunk", required_argument, NULL, 'H' },
         { "prefix-cache-mb", required_argument, NULL, 'P' },
         { "prefix-cache-gb", required_argument, NULL, 'G' },
         { "prefix-cache-dir", required_argument, NULL, 'X' },
@@ -102,7 +104,7 @@ int dsv4ctl_start(int argc, char **argv)
     const char *metrics_addr = DSV4_METRICS_DEFAULT_ADDR, *watchdog = "30", *stall = "600";
     const char *api_addr = DSV4_API_DEFAULT_ADDR, *api_key_file = NULL, *dspark_trace = NULL;
     bool metrics_explicit = false, api_explicit = false, fg = false, dspark = false;
-    int threads = dsv4ctl_default_threads(), sessions = 0, step_tokens = 0, r = 0, c;
+    int threads = dsv4ctl_default_threads(), sessions = 0, step_tokens = 0, chunk = 0, r = 0, c;
     int prefix_mb = -1;             /* -1: the plan's default */
     const char *prefix_gb = NULL, *prefix_dir = NULL;
     bool no_prefix = false;
@@ -124,6 +126,7 @@ int dsv4ctl_start(int argc, char **argv)
         case 's': r = dsv4_parse_int_opt(me, "sessions", optarg, 0, 1 << 16, &sessions); break;
         case 'k': r = dsv4_parse_int_opt(me, "step-tokens", optarg, 1, DSV4_WIRE_MAX_TOKENS,
                                          &step_tokens); break;
+        case 'H': r = dsv4_parse_int_opt(me, "chunk", optarg, 0, DSV4_MAX_CHUNK, &chunk); break;
         case 'P': r = dsv4_parse_int_opt(me, "prefix-cache-mb", optarg, 0, 1 << 30, &prefix_mb);
             break;
         case 'G':
@@ -157,7 +160,7 @@ int dsv4ctl_start(int argc, char **argv)
         case 'K': api_key_file = optarg; break;
         case 'h':
             printf("usage: dsv4ctl start --model DIR [--memory-gb N] [--max-ctx N] [--sessions N] "
-                   "[--step-tokens N] [--threads N] [--run-dir DIR]\n"
+                   "[--step-tokens N] [--chunk N] [--threads N] [--run-dir DIR]\n"
                    "       [--metrics-addr HOST:PORT (default " DSV4_METRICS_DEFAULT_ADDR
                    ") | --no-metrics] [--watchdog-s N] [--stall-s N] [--foreground]\n"
                    "       [--dspark [--dspark-trace FILE]|--no-dspark] [--api-addr HOST:PORT (default "
@@ -168,6 +171,8 @@ int dsv4ctl_start(int argc, char **argv)
                    "               (default 4; the plan sizes their memory)\n"
                    "  --step-tokens  rows of a step that prompts being prefilled may share with\n"
                    "               decoding requests (default 64: bounds their inter-token time)\n"
+                   "  --chunk      rows per prefill step of a session (default: the plan's, from\n"
+                   "               the budget; see `dsv4ctl plan`)\n"
                    "  --prefix-cache-mb N  RAM tier of the prefix cache (default: an eighth of\n"
                    "               the plan's room for experts, at most 256 MiB); --prefix-cache-gb N:\n"
                    "               disk tier\n"
@@ -201,7 +206,7 @@ int dsv4ctl_start(int argc, char **argv)
     uint64_t prefix_ram = no_prefix ? 0 : prefix_mb >= 0 ? (uint64_t)prefix_mb << 20
                                                          : DSV4_PLAN_PREFIX_DEFAULT;
     int prc = dsv4ctl_make_plan(model, memory_gb, max_ctx, sessions, threads, dspark, prefix_ram,
-                                &plan, &err);
+                                chunk, &plan, &err);
     if (prc != DSV4_EXIT_OK) {
         fprintf(stderr, "%s: %s\n", me, err.msg);
         return prc == DSV4_EXIT_FAIL ? DSV4_EXIT_UNAVAILABLE : prc;
@@ -226,6 +231,7 @@ int dsv4ctl_start(int argc, char **argv)
     add_num(&a, "--session-bytes", "%llu", (unsigned long long)plan.sessions_total);
     add_num(&a, "--drafter-cache-bytes", "%llu", (unsigned long long)plan.drafter_cache);
     add_num(&a, "--sessions", "%d", plan.o.sessions);
+    add_num(&a, "--chunk", "%d", plan.o.chunk);
     if (step_tokens)
         add_num(&a, "--step-tokens", "%d", step_tokens);
     if (no_prefix) {

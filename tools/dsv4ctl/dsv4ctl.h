@@ -37,9 +37,10 @@ struct dsv4_plan;
 struct dsv4_err;
 /* Load DIR's config and plan for the budget (cmd_plan.c); DSV4_EXIT_OK, DSV4_EXIT_FAIL when
  * the budget is below the minimum (err says by how much), or 65/66 for the config.
- * prefix_ram: the prefix cache's RAM tier (DSV4_PLAN_PREFIX_DEFAULT, 0 = none). */
+ * prefix_ram: the prefix cache's RAM tier (DSV4_PLAN_PREFIX_DEFAULT, 0 = none); chunk: rows
+ * per prefill step (0: the plan picks it from the budget). */
 int dsv4ctl_make_plan(const char *model, double memory_gb, int64_t max_ctx, int sessions,
-                      int threads, bool dspark, uint64_t prefix_ram, struct dsv4_plan *ret,
-                      struct dsv4_err *err);
+                      int threads, bool dspark, uint64_t prefix_ram, int chunk,
+                      struct dsv4_plan *ret, struct dsv4_err *err);
 /* Online CPUs: the default compute thread count (dense work on every core). */
 int dsv4ctl_default_threads(void);

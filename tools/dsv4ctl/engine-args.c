@@ -13,6 +13,7 @@
 #include "config.h"
 #include "dsv4ctl.h"
 #include "parse.h"
+#include "plan.h"
 #include "prompt.h"
 #include "session_layout.h"
 #include "util.h"
@@ -81,7 +82,8 @@ int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *
     memset(a, 0, sizeof(*a));
     a->max_tokens = 16;
     a->threads = 1;
-    a->chunk = DSV4_DEFAULT_CHUNK;
+    /* run: 0 until engine_args_open asks the plan; score keeps a step's logits per row */
+    a->chunk = generate ? 0 : DSV4_DEFAULT_CHUNK;
     a->progress = -1;
     a->prefix_cache_mb = ENGINE_ARGS_PREFIX_MB;
     a->prefix_cache_gb = ENGINE_ARGS_PREFIX_GB;
@@ -283,7 +285,21 @@ void engine_args_free(struct engine_args *a)
     a->tok = NULL;
 }
 
-int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine **eng,
+/* run's prefill step when --chunk is not given: the plan's for one in-process session at this
+ * machine's default budget (daemons/lib/plan.c), the default where no plan can be made. */
+static int run_chunk(const struct engine_args *a, int64_t max_ctx)
+{
+    struct dsv4_config cfg;
+    struct dsv4_plan p;
+    struct dsv4_plan_opts o = { .max_ctx = max_ctx, .sessions = 1, .threads = a->threads,
+                                .in_process = true, .dspark = a->dspark, .prefix_ram = 0 };
+    if (max_ctx > INT32_MAX || dsv4_config_load(a->model, &cfg, NULL) < 0 ||
+        dsv4_plan_make(&cfg, &o, &p, NULL) < 0)
+        return DSV4_DEFAULT_CHUNK;
+    return p.o.chunk;
+}
+
+int engine_args_open(struct engine_args *a, int64_t positions, dsv4_engine **eng,
                      dsv4_session **ses)
 {
     struct dsv4_err err = { "" };
@@ -307,10 +323,10 @@ int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine
         fprintf(stderr, "dsv4ctl: %s\n", err.msg);
         return rc == -ENOENT ? DSV4_EXIT_NOINPUT : DSV4_EXIT_DATAERR;
     }
-    struct dsv4_session_opts so = {
-        .max_ctx = a->max_ctx ? a->max_ctx : positions,
-        .chunk = a->chunk,
-    };
+    struct dsv4_session_opts so = { .max_ctx = a->max_ctx ? a->max_ctx : positions };
+    if (!a->chunk)
+        a->chunk = run_chunk(a, so.max_ctx);
+    so.chunk = a->chunk;
     if ((rc = dsv4_session_new(*eng, &so, ses, &err)) < 0) {
         fprintf(stderr, "dsv4ctl: %s\n", err.msg);
         *eng = dsv4_engine_free(*eng);

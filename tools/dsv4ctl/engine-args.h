@@ -53,8 +53,9 @@ struct engine_args {
  * text prompt and to ids (run) / tsv (score) for --prompt-ids. */
 int engine_args_parse(int argc, char **argv, bool generate, struct engine_args *ret);
 void engine_args_free(struct engine_args *a);
-/* Open the engine and a session able to hold `positions`; prints errors. */
-int engine_args_open(const struct engine_args *a, int64_t positions, dsv4_engine **eng,
+/* Open the engine and a session able to hold `positions` (a chunk of 0 becomes the plan's);
+ * prints errors. */
+int engine_args_open(struct engine_args *a, int64_t positions, dsv4_engine **eng,
                      dsv4_session **ses);
 /* The prefix cache of the model in `model` (config c) for `run` (cmd_cache.c): RAM tier ram_mb
  * MiB, disk tier disk_gb GiB (0: none) in `dir` (NULL: the default); NULL after a line on
