@@ -482,7 +482,9 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
             __m512 acc[FP4_FNX];
             for (int n = 0; n < NX; n++)
                 acc[n] = accm[r][n];
-            for (uint32_t pr = c0; pr < c1; pr++) {
+            /* c1 > c0: a loop that may run zero times made GCC keep acc in a stack array */
+            uint32_t pr = c0;
+            do {
                 const uint32_t b = 2 * pr;
                 const int odd = b + 1 < nb;
                 __m512 wt[4];
@@ -500,7 +502,7 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
                     acc[n] = odd ? _mm512_fmadd_ps(p, ws, acc[n])
                                  : _mm512_mask3_fmadd_ps(p, ws, acc[n], 0x00FF);
                 }
-            }
+            } while (++pr < c1);
             for (int n = 0; n < NX; n++)
                 accm[r][n] = acc[n];
         }

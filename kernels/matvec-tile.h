@@ -59,8 +59,9 @@ _Static_assert(TILE_NXD >= 1 && TILE_NXD <= 4, "row_tile groups are 1..4 rows");
 
 enum src { SRC_FP8, SRC_BF16 };
 enum mode {
-    MODE_ACC, /* continue the lane chains in acc */
-    MODE_BLK, /* FP8 block: partials from +0, then acc = fma(P, 2^(S-119), acc) */
+    MODE_ACC,  /* continue the lane chains in acc */
+    MODE_BLK,  /* FP8 block: partials from +0, then acc = fma(P, 2^(S-119), acc) */
+    MODE_BLK0, /* the first FP8 block: MODE_BLK with acc = +0, not read (no memset) */
 };
 
 /* per weight row of a tile: where its weights of the current chunk are */
@@ -133,17 +134,28 @@ INLINE void mac_tile(const int SRC, const int MODE, const int R, const int NX,
  * mac_tile from the buffer: R decoded weight rows at wb + r·KC and NX packed
  * activation rows at xb + n·KC (both strides compile-time constants, so every load
  * is a base plus a fixed offset and no pointer per row ties up a register), columns
- * [0, len). MODE_BLK: the block scale bytes in e[r].
+ * [0, len). MODE_BLK(0): the block scale bytes in e[r].
  */
 INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, const float *xb,
                     uint32_t len, const uint8_t *const *e, float *acc)
 {
+    /* the block factors first: no call (dsv4_e8m0_to_f32) while the accumulators are live,
+     * which made GCC spill and reload all of them */
+    float sc[RMAX];
+    int fast[RMAX];
+    for (int r = 0; r < R && MODE != MODE_ACC; r++) {
+        fast[r] = *e[r] <= DSV4_E8M0_FAST_MAX;
+        sc[r] = fast[r] ? dsv4_fp8_fast_scale(*e[r]) : dsv4_e8m0_to_f32(*e[r]);
+    }
     for (int h = 0; h < NH; h++) {
         vf a[RMAX][NXMAX];
         for (int r = 0; r < R; r++)
             for (int n = 0; n < NX; n++)
                 a[r][n] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL) : vf_zero();
-        for (uint32_t t = h * VL; t < len; t += 16) {
+        /* len ≥ 16: a loop that may run zero times made GCC keep the accumulators in a
+         * stack array (zeroed, stored after the loop, reloaded by the epilogue) */
+        uint32_t t = h * VL;
+        do {
             vf wv[RMAX];
             for (int r = 0; r < R; r++)
                 wv[r] = vf_load(wb + r * KC + t);
@@ -153,7 +165,8 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
                 for (int r = 0; r < R; r++)
                     a[r][n] = vf_fma(wv[r], xv, a[r][n]);
             }
-        }
+            t += 16;
+        } while (t < len);
         for (int r = 0; r < R; r++) {
             float *ar = acc + r * NXC * 16 + h * VL;
             if (MODE == MODE_ACC) {
@@ -161,15 +174,11 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
                     vf_store(ar + n * 16, a[r][n]);
                 continue;
             }
-            const uint8_t s = *e[r];
+            const vf s = vf_set1(sc[r]);
             for (int n = 0; n < NX; n++) {
-                if (s <= DSV4_E8M0_FAST_MAX)
-                    vf_store(ar + n * 16, vf_fma(a[r][n], vf_set1(dsv4_fp8_fast_scale(s)),
-                                                 vf_load(ar + n * 16)));
-                else
-                    vf_store(ar + n * 16, vf_fma(vf_mul(a[r][n], vf_set1(256.0f)),
-                                                 vf_set1(dsv4_e8m0_to_f32(s)),
-                                                 vf_load(ar + n * 16)));
+                const vf old = MODE == MODE_BLK0 ? vf_zero() : vf_load(ar + n * 16);
+                vf_store(ar + n * 16, fast[r] ? vf_fma(a[r][n], s, old)
+                                              : vf_fma(vf_mul(a[r][n], vf_set1(256.0f)), s, old));
             }
         }
     }
@@ -188,7 +197,9 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
     MAC_BUF_FN(M, TAG, R, 4) MAC_BUF_FN(M, TAG, R, 5) MAC_BUF_FN(M, TAG, R, 6)
 /* R = 1 (tails) and R = TILE_R */
 MAC_BUF_NX(0, 1, 1) MAC_BUF_NX(0, T, TILE_R) MAC_BUF_NX(1, 1, 1) MAC_BUF_NX(1, T, TILE_R)
-_Static_assert(MODE_ACC == 0 && MODE_BLK == 1 && TILE_NX <= 6, "mac_buf variants");
+MAC_BUF_NX(2, 1, 1) MAC_BUF_NX(2, T, TILE_R)
+_Static_assert(MODE_ACC == 0 && MODE_BLK == 1 && MODE_BLK0 == 2 && TILE_NX <= 6,
+               "mac_buf variants");
 
 #define MAC_BUF_CASE(M, TAG)                                                                       \
     switch (nx) {                                                                                  \
@@ -208,10 +219,14 @@ INLINE void mac_buf_any(const int MODE, const int R, int nx, const float *wb, co
         MAC_BUF_CASE(0, 1)
     else if (MODE == MODE_ACC)
         MAC_BUF_CASE(0, T)
-    else if (R == 1)
+    else if (MODE == MODE_BLK && R == 1)
         MAC_BUF_CASE(1, 1)
-    else
+    else if (MODE == MODE_BLK)
         MAC_BUF_CASE(1, T)
+    else if (R == 1)
+        MAC_BUF_CASE(2, 1)
+    else
+        MAC_BUF_CASE(2, T)
 }
 
 /*
@@ -403,7 +418,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
     for (int r = 0; r < RB; r++) {
         wr[r] = w->w + (size_t)(i0 + r) * cols;
         nan_row[r] = 0;
-        for (size_t n = 0; n < nc; n++)
+        for (size_t n = 0; n < nc && !xp; n++)     /* (from the buffer: MODE_BLK0 sets it) */
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
     for (uint32_t kb = 0; kb < kblocks; kb++) {
@@ -420,7 +435,9 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                 raw[r] = (struct wrow){wr[rr], w->scale + (size_t)((i0 + rr) / B) * kblocks + kb};
             }
             float *at = acc + (size_t)tl * R * NXC * 16;
-            if (xp) {
+            if (xp && kb == 0) {
+                chunk(SRC_FP8, MODE_BLK0, R, raw, xk, nc, k0, m, at, buf);
+            } else if (xp) {
                 chunk(SRC_FP8, MODE_BLK, R, raw, xk, nc, k0, m, at, buf);
             } else {
                 /* blocks larger than the buffer: decoded in place for every tile */
