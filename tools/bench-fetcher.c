@@ -1,21 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench-fetcher: expert loads through dsv4-fetcher against a raw sequential
- * O_DIRECT read of the same file, in the same run.
+ * bench-fetcher: expert loads through dsv4-fetcher against `fio` reading the
+ * same file in the same run, passes interleaved so a drifting disk cancels.
  *
  * Writes (once) a synthetic checkpoint under --dir: a Flash-shaped config
  * reduced to one layer of N routed experts and one safetensors file holding
  * their six tensors each at the real Flash sizes (13,369,344 bytes per
  * expert, random bytes, tensors not 4 KiB aligned as in the official
- * shards). Then, per run: the page cache of the file is dropped
- * (POSIX_FADV_DONTNEED; the reads are O_DIRECT anyway), a raw sequential
- * read of the whole file through the same io_uring backend and queue depth,
- * and a fresh fetcher (cold cache) serving every expert once in random
- * order, one acquire at a time and in batches of 6; and `fio` (when installed:
- * tools/setup-deps.sh) reading the same file at random in spans of one expert's
- * size with the fetcher's queue depth in flight, O_DIRECT, io_uring: the disk's
- * rate for this pattern by a tool that is not ours. Last, the cost of a cache
- * hit (lease + release on a cached expert) in ns.
+ * shards). Then, per run, four passes back to back:
+ *   fio, fetcher (one expert per acquire), fio, fetcher (6 per acquire)
+ * and one last fio pass after the final run. A fetcher pass is a fresh fetcher
+ * (cold cache) serving every expert once in random order; a fio pass
+ * (tools/setup-deps.sh installs fio) reads the same file at random in spans of
+ * one expert's size, every span once, with the fetcher's queue depth in
+ * flight, O_DIRECT, io_uring, registered buffers: the disk's rate for this
+ * pattern by a tool that is not ours. Each fetcher pass is divided by the mean
+ * of the fio passes just before and just after it (linear drift cancels);
+ * the median of those ratios is the figure. CPU time of each pass (fetcher:
+ * this process, client and I/O thread; fio: the child) is printed too: the
+ * machine may be shared. Last, the cost of a cache hit (lease + release on a
+ * cached expert) in ns.
  *
  * The expert tensors (names, dtypes, shapes, so the expert size) come from the
  * tensor inventory of the reduced config (common/inventory.c), as the fetcher's
@@ -31,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -141,51 +146,14 @@ static void drop_cache(const char *dir)
     }
 }
 
-/* Sequential O_DIRECT read of the whole file, `qd` chunks in flight; returns seconds. */
-static double raw_read(const char *dir, uint64_t size, uint32_t qd, uint32_t chunk)
-{
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    int fd = open(path, O_RDONLY | O_DIRECT);
-    if (fd < 0)
-        die(path);
-    uint8_t *buf = dsv4_xaligned_alloc(1 << 21, (size_t)qd * chunk);
-    struct iovec iov = { buf, (size_t)qd * chunk };
-    dsv4_fio *io;
-    dsv4_fio_open(DSV4_FIO_URING, qd, &iov, 1, &io, NULL);
-    uint64_t t0 = dsv4_now_ns(), next = 0, done = 0;
-    uint32_t slot = 0;
-    struct dsv4_fio_done d[64];
-    while (done < size) {
-        while (next < size && dsv4_fio_in_flight(io) < qd) {
-            dsv4_fio_read(io, fd, buf + (size_t)(slot % qd) * chunk, chunk, next, 0, next);
-            slot++;
-            next += chunk;
-        }
-        int n = dsv4_fio_reap(io, d, 64, 1000000000);
-        for (int i = 0; i < n; i++) {
-            if (d[i].res < 0) {
-                errno = (int)-d[i].res;
-                die("raw read");
-            }
-            done += d[i].res < chunk ? size - d[i].tag : (uint64_t)d[i].res;
-        }
-    }
-    double s = (double)(dsv4_now_ns() - t0) / 1e9;
-    dsv4_fio_free(io);
-    free(buf);
-    close(fd);
-    return s;
-}
-
 /*
  * fio: random O_DIRECT reads of `bs` bytes (one expert, rounded up to 4 KiB) over the
  * file, `qd` in flight, io_uring with registered buffers as the fetcher (without them fio
  * pins its pages per read and measured 0.5-0.8 GB/s where it reaches 2 GB/s with them),
  * every bs-aligned span once. Returns GB/s, or 0 when fio is missing or failed (said once
- * on stderr).
+ * on stderr); *cpu_s: the child's user + system CPU seconds.
  */
-static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd)
+static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd, double *cpu_s)
 {
     char path[4200], a_file[4300], a_bs[64], a_qd[64], a_size[64];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -227,7 +195,12 @@ static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd)
     out[len] = 0;
     close(pfd[0]);
     int st = 0;
-    waitpid(pid, &st, 0);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+        ;
+    *cpu_s = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     double gbs = 0;
     /* fio may print notes before the JSON object */
     cJSON *j = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strchr(out, '{') ? cJSON_Parse(strchr(out, '{')) : NULL;
@@ -324,6 +297,15 @@ static double fetch_all(struct runner *r, int n_experts, int batch, unsigned see
     return s;
 }
 
+/* User + system CPU seconds of this process (the client and the fetcher's thread). */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -336,8 +318,11 @@ static void hardware_line(const char *dir)
     dsv4_cpu_model(model, sizeof model);
     struct utsname u;
     uname(&u);
-    printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run)\n",
-           model, sysconf(_SC_NPROCESSORS_ONLN), u.release, dir);
+    double load[1] = { -1 };
+    getloadavg(load, 1);
+    printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run; load "
+           "average %.1f at the start)\n", model, sysconf(_SC_NPROCESSORS_ONLN), u.release, dir,
+           load[0]);
 }
 
 int main(int argc, char **argv)
@@ -379,65 +364,61 @@ int main(int argc, char **argv)
     const uint64_t per = inv.expert_bytes;
     uint64_t size = write_shard(dir, &inv);
     dsv4_inventory_free(&inv);
+    drop_cache(dir); /* the reads are O_DIRECT; this only frees what writing the file left */
     hardware_line(dir);
     printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk %u "
            "KiB\n", n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd,
            chunk >> 10);
     printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
            (unsigned long long)((per + 4095) / 4096 * 4096), qd);
-    printf("%-4s %9s %20s %9s %20s %7s %7s %8s %7s %7s\n", "run", "raw GB/s", "1/acq: exp/s  GB/s",
-           "raw GB/s", "6/acq: exp/s  GB/s", "ratio1", "ratio6", "fio GB/s", "1/fio", "6/fio");
-    double best1 = 0, best6 = 0, bestraw = 0, bestfio = 0;
-    double *r1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *r6 = dsv4_xcalloc((size_t)runs, sizeof(double));
-    double *f1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *f6 = dsv4_xcalloc((size_t)runs, sizeof(double));
-    for (int r = 0; r < runs; r++) {
-        /* The disk is shared and its speed drifts: each fetch pass is compared with the
-         * faster of the raw reads taken just before and just after it, and with the fio
-         * pass between the two fetch passes. */
+    /* Passes: fio, fetcher 1/acq, fio, fetcher 6/acq, ..., fio. fio[k] precedes fetch pass k. */
+    int n_pass = 2 * runs;
+    double *fio = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
+    double *fio_cpu = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
+    double *gbs = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double *cpu = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    for (int k = 0; k < n_pass; k++) {
+        int batch = k % 2 ? 6 : 1;
         struct runner rr;
-        drop_cache(dir);
-        double raw1 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
-        start(&rr, dir, slots, qd, chunk);
-        if (r == 0)
+        start(&rr, dir, slots, qd, chunk); /* before fio: nothing between fio and the pass */
+        if (k == 0)
             printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
-        double t1 = fetch_all(&rr, n_experts, 1, 11u + (unsigned)r);
+        fio[k] = fio_read(dir, size, per, qd, &fio_cpu[k]);
+        double c0 = cpu_seconds();
+        double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k);
+        cpu[k] = cpu_seconds() - c0;
         stop(&rr);
-        raw1 = DSV4_MAX(raw1, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
-        double fio = fio_read(dir, size, per, qd);
-        drop_cache(dir);
-        double raw6 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
-        start(&rr, dir, slots, qd, chunk);
-        double t6 = fetch_all(&rr, n_experts, 6, 23u + (unsigned)r);
-        stop(&rr);
-        raw6 = DSV4_MAX(raw6, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
-        double g1 = (double)n_experts * (double)per / 1e9 / t1;
-        double g6 = (double)n_experts * (double)per / 1e9 / t6;
-        r1[r] = g1 / raw1;
-        r6[r] = g6 / raw6;
-        f1[r] = fio > 0 ? g1 / fio : 0;
-        f6[r] = fio > 0 ? g6 / fio : 0;
-        printf("%-4d %9.2f %10.1f %9.2f %9.2f %10.1f %9.2f %7.2f %7.2f %8.2f %7.2f %7.2f\n", r,
-               raw1, n_experts / t1, g1, raw6, n_experts / t6, g6, r1[r], r6[r], fio, f1[r], f6[r]);
-        bestraw = DSV4_MAX(bestraw, DSV4_MAX(raw1, raw6));
-        bestfio = DSV4_MAX(bestfio, fio);
-        best1 = DSV4_MAX(best1, g1);
-        best6 = DSV4_MAX(best6, g6);
+        gbs[k] = (double)n_experts * (double)per / 1e9 / t;
     }
-    qsort(r1, (size_t)runs, sizeof(double), cmp_double);
-    qsort(r6, (size_t)runs, sizeof(double), cmp_double);
-    qsort(f1, (size_t)runs, sizeof(double), cmp_double);
-    qsort(f6, (size_t)runs, sizeof(double), cmp_double);
-    printf("median ratio: %.2f one expert per acquire, %.2f six per acquire; best: raw %.2f GB/s, "
-           "fetcher %.2f / %.2f GB/s (best/best %.2f / %.2f); goal >= 0.9\n", r1[runs / 2],
-           r6[runs / 2], bestraw, best1, best6, best1 / bestraw, best6 / bestraw);
-    if (bestfio > 0)
-        printf("fetcher / fio: median %.2f one per acquire, %.2f six per acquire; best fio %.2f GB/s "
-               "(best/best %.2f / %.2f); goal >= 0.9\n", f1[runs / 2], f6[runs / 2], bestfio,
-               best1 / bestfio, best6 / bestfio);
-    free(r1);
-    free(r6);
-    free(f1);
-    free(f6);
+    fio[n_pass] = fio_read(dir, size, per, qd, &fio_cpu[n_pass]);
+    printf("\n| run | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | fetcher ÷ "
+           "fio | CPU s per GB: fio / fetcher |\n|---|---|---|---|---|---|---|\n");
+    double *ratio[2] = { dsv4_xcalloc((size_t)runs, sizeof(double)),
+                         dsv4_xcalloc((size_t)runs, sizeof(double)) };
+    double best[2] = { 0, 0 }, bestfio = 0, gb = (double)n_experts * (double)per / 1e9;
+    for (int k = 0; k < n_pass; k++) {
+        double mean = (fio[k] + fio[k + 1]) / 2;
+        double r = fio[k] > 0 && fio[k + 1] > 0 ? gbs[k] / mean : 0;
+        ratio[k % 2][k / 2] = r;
+        best[k % 2] = DSV4_MAX(best[k % 2], gbs[k]);
+        printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", k / 2, k % 2 ? 6 : 1,
+               fio[k], gbs[k], fio[k + 1], r, fio_cpu[k] / gb, cpu[k] / gb);
+    }
+    for (int k = 0; k <= n_pass; k++)
+        bestfio = DSV4_MAX(bestfio, fio[k]);
+    qsort(ratio[0], (size_t)runs, sizeof(double), cmp_double);
+    qsort(ratio[1], (size_t)runs, sizeof(double), cmp_double);
+    printf("\nfetcher ÷ fio (each pass over the mean of the fio passes around it): median %.2f one "
+           "per acquire, %.2f six per acquire (range %.2f-%.2f / %.2f-%.2f); best fetcher %.2f / "
+           "%.2f GB/s, best fio %.2f GB/s; goal >= 0.9\n", ratio[0][runs / 2], ratio[1][runs / 2],
+           ratio[0][0], ratio[0][runs - 1], ratio[1][0], ratio[1][runs - 1], best[0], best[1],
+           bestfio);
+    free(ratio[0]);
+    free(ratio[1]);
+    free(fio);
+    free(fio_cpu);
+    free(gbs);
+    free(cpu);
 
     /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
     struct runner rr;
