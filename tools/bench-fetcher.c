@@ -10,13 +10,16 @@
  * shards). Then, per run, four passes back to back:
  *   fio, fetcher (one expert per acquire), fio, fetcher (6 per acquire)
  * and one last fio pass after the final run. A fetcher pass is a fresh fetcher
- * (cold cache) serving every expert once in random order; a fio pass
+ * (cold cache) serving every expert once in random order; with several
+ * --chunk-kib values each run repeats its four passes for each, so settings
+ * are compared against fio and each other in the same minutes. A fio pass
  * (tools/setup-deps.sh installs fio) reads the same file at random in spans of
  * one expert's size, every span once, with the fetcher's queue depth in
  * flight, O_DIRECT, io_uring, registered buffers: the disk's rate for this
  * pattern by a tool that is not ours. Each fetcher pass is divided by the mean
  * of the fio passes just before and just after it (linear drift cancels);
- * the median of those ratios is the figure. CPU time of each pass (fetcher:
+ * the median of those ratios is the figure. Per fetcher pass also the mean
+ * load time (start to READY) and the most reads in flight. CPU time of each pass (fetcher:
  * this process, client and I/O thread; fio: the child) is printed too: the
  * machine may be shared. Last, the cost of a cache hit (lease + release on a
  * cached expert) in ns.
@@ -26,7 +29,7 @@
  * plan sees them.
  *
  *   bench-fetcher --config FLASH_CONFIG.json [--dir /tmp/dsv4-bench-fetcher] [--experts 64]
- *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024] [--runs 3]
+ *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024[,512...]] [--runs 3]
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -270,8 +273,10 @@ static void stop(struct runner *r)
     rmdir(r->run_dir);
 }
 
-/* Every expert once, random order, `batch` per acquire; returns seconds. */
-static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed)
+/* Every expert once, random order, `batch` per acquire; returns seconds. *load_ms: the
+ * fetcher's mean time from a load's start to READY; *reads: the most reads it had in flight. */
+static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed,
+                        double *load_ms, uint32_t *reads)
 {
     int *order = dsv4_xmalloc((size_t)n_experts * sizeof(int));
     for (int i = 0; i < n_experts; i++)
@@ -293,6 +298,10 @@ static double fetch_all(struct runner *r, int n_experts, int batch, unsigned see
         dsv4_fetcher_client_release(r->c, 0, order + i, n);
     }
     double s = (double)(dsv4_now_ns() - t0) / 1e9;
+    struct dsv4_expert_shm *sh = dsv4_fetcher_shm(r->f); /* a fresh fetcher: counters from 0 */
+    *load_ms = (double)atomic_load_explicit(&sh->stats.lat_sum_us, memory_order_relaxed) /
+               n_experts / 1000.0;
+    *reads = dsv4_fetcher_reads_in_flight_max(r->f);
     free(order);
     return s;
 }
@@ -329,7 +338,8 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *dir = "/tmp/dsv4-bench-fetcher";
     int n_experts = 64, runs = 3;
-    uint32_t slots = 16, qd = 16, chunk = 1u << 20;
+    uint32_t slots = 16, qd = 16, chunks[8] = { 1u << 20 };
+    int n_chunk = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config"))
             config = argv[i + 1];
@@ -341,14 +351,28 @@ int main(int argc, char **argv)
             slots = (uint32_t)dsv4_parse_int_or_exit("--slots", argv[i + 1], 1, 1 << 24);
         else if (!strcmp(argv[i], "--queue-depth"))
             qd = (uint32_t)dsv4_parse_int_or_exit("--queue-depth", argv[i + 1], 1, 4096);
-        else if (!strcmp(argv[i], "--chunk-kib"))
-            chunk = (uint32_t)dsv4_parse_int_or_exit("--chunk-kib", argv[i + 1], 4, 1 << 20) * 1024;
+        else if (!strcmp(argv[i], "--chunk-kib")) {
+            char *list = dsv4_xstrdup(argv[i + 1]), *save = NULL;
+            n_chunk = 0;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (n_chunk == (int)DSV4_ARRAY_SIZE(chunks)) {
+                    fprintf(stderr, "bench-fetcher: at most %zu chunk sizes\n",
+                            DSV4_ARRAY_SIZE(chunks));
+                    return 64;
+                }
+                chunks[n_chunk++] =
+                    (uint32_t)dsv4_parse_int_or_exit("--chunk-kib", t, 4, 1 << 20) * 1024;
+            }
+            free(list);
+            if (!n_chunk)
+                dsv4_parse_int_or_exit("--chunk-kib", "", 4, 1 << 20); /* says why and exits */
+        }
         else if (!strcmp(argv[i], "--runs"))
             runs = dsv4_parse_int_or_exit("--runs", argv[i + 1], 1, 1000);
     }
     if (!config) {
         fprintf(stderr, "usage: bench-fetcher --config FLASH_CONFIG.json [--dir D] [--experts N] "
-                        "[--slots N] [--queue-depth N] [--chunk-kib N] [--runs N]\n");
+                        "[--slots N] [--queue-depth N] [--chunk-kib N[,N...]] [--runs N]\n");
         return 64;
     }
     mkdir(dir, 0755);
@@ -366,63 +390,79 @@ int main(int argc, char **argv)
     dsv4_inventory_free(&inv);
     drop_cache(dir); /* the reads are O_DIRECT; this only frees what writing the file left */
     hardware_line(dir);
-    printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk %u "
-           "KiB\n", n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd,
-           chunk >> 10);
+    printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk",
+           n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd);
+    for (int c = 0; c < n_chunk; c++)
+        printf("%s %u", c ? "," : "", chunks[c] >> 10);
+    printf(" KiB\n");
     printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
            (unsigned long long)((per + 4095) / 4096 * 4096), qd);
-    /* Passes: fio, fetcher 1/acq, fio, fetcher 6/acq, ..., fio. fio[k] precedes fetch pass k. */
-    int n_pass = 2 * runs;
+    /* Passes: per run and chunk size, fio, fetcher 1/acq, fio, fetcher 6/acq; one fio last.
+     * fio[k] is the pass just before fetch pass k, fio[k + 1] the one just after. */
+    int n_pass = 2 * runs * n_chunk;
     double *fio = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
     double *fio_cpu = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
     double *gbs = dsv4_xcalloc((size_t)n_pass, sizeof(double));
     double *cpu = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double *load_ms = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    uint32_t *reads = dsv4_xcalloc((size_t)n_pass, sizeof(uint32_t));
     for (int k = 0; k < n_pass; k++) {
         int batch = k % 2 ? 6 : 1;
         struct runner rr;
-        start(&rr, dir, slots, qd, chunk); /* before fio: nothing between fio and the pass */
-        if (k == 0)
+        start(&rr, dir, slots, qd, chunks[k / 2 % n_chunk]); /* before fio: nothing between */
+        if (k < 2 * n_chunk && k % 2 == 0)
             printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
         fio[k] = fio_read(dir, size, per, qd, &fio_cpu[k]);
         double c0 = cpu_seconds();
-        double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k);
+        double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k, &load_ms[k], &reads[k]);
         cpu[k] = cpu_seconds() - c0;
         stop(&rr);
         gbs[k] = (double)n_experts * (double)per / 1e9 / t;
     }
     fio[n_pass] = fio_read(dir, size, per, qd, &fio_cpu[n_pass]);
-    printf("\n| run | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | fetcher ÷ "
-           "fio | CPU s per GB: fio / fetcher |\n|---|---|---|---|---|---|---|\n");
-    double *ratio[2] = { dsv4_xcalloc((size_t)runs, sizeof(double)),
-                         dsv4_xcalloc((size_t)runs, sizeof(double)) };
-    double best[2] = { 0, 0 }, bestfio = 0, gb = (double)n_experts * (double)per / 1e9;
+    printf("\n| run | chunk KiB | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | "
+           "fetcher ÷ fio | load ms | reads in flight | CPU s per GB: fio / fetcher |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    /* ratio[(chunk * 2 + mode) * runs + run] */
+    double *ratio = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double gb = (double)n_experts * (double)per / 1e9, minfio = fio[0], maxfio = fio[0];
     for (int k = 0; k < n_pass; k++) {
+        int mode = k % 2, c = k / 2 % n_chunk, run = k / (2 * n_chunk);
         double mean = (fio[k] + fio[k + 1]) / 2;
         double r = fio[k] > 0 && fio[k + 1] > 0 ? gbs[k] / mean : 0;
-        ratio[k % 2][k / 2] = r;
-        best[k % 2] = DSV4_MAX(best[k % 2], gbs[k]);
-        printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f / %.2f |\n", k / 2, k % 2 ? 6 : 1,
-               fio[k], gbs[k], fio[k + 1], r, fio_cpu[k] / gb, cpu[k] / gb);
+        ratio[(c * 2 + mode) * runs + run] = r;
+        printf("| %d | %u | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %u | %.2f / %.2f |\n", run,
+               chunks[c] >> 10, mode ? 6 : 1, fio[k], gbs[k], fio[k + 1], r, load_ms[k], reads[k],
+               fio_cpu[k] / gb, cpu[k] / gb);
     }
     for (int k = 0; k <= n_pass; k++)
-        bestfio = DSV4_MAX(bestfio, fio[k]);
-    qsort(ratio[0], (size_t)runs, sizeof(double), cmp_double);
-    qsort(ratio[1], (size_t)runs, sizeof(double), cmp_double);
-    printf("\nfetcher ÷ fio (each pass over the mean of the fio passes around it): median %.2f one "
-           "per acquire, %.2f six per acquire (range %.2f-%.2f / %.2f-%.2f); best fetcher %.2f / "
-           "%.2f GB/s, best fio %.2f GB/s; goal >= 0.9\n", ratio[0][runs / 2], ratio[1][runs / 2],
-           ratio[0][0], ratio[0][runs - 1], ratio[1][0], ratio[1][runs - 1], best[0], best[1],
-           bestfio);
-    free(ratio[0]);
-    free(ratio[1]);
+        minfio = DSV4_MIN(minfio, fio[k]), maxfio = DSV4_MAX(maxfio, fio[k]);
+    printf("\nfetcher ÷ fio, each fetcher pass over the mean of the fio passes around it (goal >= "
+           "0.9); fio %.2f-%.2f GB/s\n", minfio, maxfio);
+    for (int c = 0; c < n_chunk; c++) {
+        double med[2], lo[2], hi[2];
+        for (int mode = 0; mode < 2; mode++) {
+            double *v = ratio + (c * 2 + mode) * runs;
+            qsort(v, (size_t)runs, sizeof(double), cmp_double);
+            med[mode] = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+            lo[mode] = v[0];
+            hi[mode] = v[runs - 1];
+        }
+        printf("chunk %u KiB: median %.2f one expert per acquire (%.2f-%.2f), %.2f six per "
+               "acquire (%.2f-%.2f)\n", chunks[c] >> 10, med[0], lo[0], hi[0], med[1], lo[1],
+               hi[1]);
+    }
+    free(ratio);
     free(fio);
     free(fio_cpu);
     free(gbs);
     free(cpu);
+    free(load_ms);
+    free(reads);
 
     /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
     struct runner rr;
-    start(&rr, dir, slots, qd, chunk);
+    start(&rr, dir, slots, qd, chunks[0]);
     int id = 0;
     const struct dsv4_fetcher_expert *v;
     dsv4_fetcher_client_acquire(rr.c, 0, &id, 1, &v, NULL);
