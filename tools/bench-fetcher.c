@@ -30,6 +30,8 @@
  *
  *   bench-fetcher --config FLASH_CONFIG.json [--dir /tmp/dsv4-bench-fetcher] [--experts 64]
  *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024[,512...]] [--runs 3]
+ *                 [--fio-iodepth N]   (default: the queue depth; 1 = one expert in flight, all
+ *                                      that one acquire of one expert lets the fetcher have)
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -338,7 +340,7 @@ int main(int argc, char **argv)
 {
     const char *config = NULL, *dir = "/tmp/dsv4-bench-fetcher";
     int n_experts = 64, runs = 3;
-    uint32_t slots = 16, qd = 16, chunks[8] = { 1u << 20 };
+    uint32_t slots = 16, qd = 16, fio_qd = 0, chunks[8] = { 1u << 20 };
     int n_chunk = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config"))
@@ -349,6 +351,8 @@ int main(int argc, char **argv)
             n_experts = dsv4_parse_int_or_exit("--experts", argv[i + 1], 1, 1 << 20);
         else if (!strcmp(argv[i], "--slots"))
             slots = (uint32_t)dsv4_parse_int_or_exit("--slots", argv[i + 1], 1, 1 << 24);
+        else if (!strcmp(argv[i], "--fio-iodepth"))
+            fio_qd = (uint32_t)dsv4_parse_int_or_exit("--fio-iodepth", argv[i + 1], 1, 4096);
         else if (!strcmp(argv[i], "--queue-depth"))
             qd = (uint32_t)dsv4_parse_int_or_exit("--queue-depth", argv[i + 1], 1, 4096);
         else if (!strcmp(argv[i], "--chunk-kib")) {
@@ -372,9 +376,12 @@ int main(int argc, char **argv)
     }
     if (!config) {
         fprintf(stderr, "usage: bench-fetcher --config FLASH_CONFIG.json [--dir D] [--experts N] "
-                        "[--slots N] [--queue-depth N] [--chunk-kib N[,N...]] [--runs N]\n");
+                        "[--slots N] [--queue-depth N] [--chunk-kib N[,N...]] [--runs N] "
+                        "[--fio-iodepth N]\n");
         return 64;
     }
+    if (!fio_qd)
+        fio_qd = qd;
     mkdir(dir, 0755);
     write_config(config, dir, n_experts);
     struct dsv4_config cfg;
@@ -396,7 +403,7 @@ int main(int argc, char **argv)
         printf("%s %u", c ? "," : "", chunks[c] >> 10);
     printf(" KiB\n");
     printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
-           (unsigned long long)((per + 4095) / 4096 * 4096), qd);
+           (unsigned long long)((per + 4095) / 4096 * 4096), fio_qd);
     /* Passes: per run and chunk size, fio, fetcher 1/acq, fio, fetcher 6/acq; one fio last.
      * fio[k] is the pass just before fetch pass k, fio[k + 1] the one just after. */
     int n_pass = 2 * runs * n_chunk;
@@ -412,14 +419,14 @@ int main(int argc, char **argv)
         start(&rr, dir, slots, qd, chunks[k / 2 % n_chunk]); /* before fio: nothing between */
         if (k < 2 * n_chunk && k % 2 == 0)
             printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
-        fio[k] = fio_read(dir, size, per, qd, &fio_cpu[k]);
+        fio[k] = fio_read(dir, size, per, fio_qd, &fio_cpu[k]);
         double c0 = cpu_seconds();
         double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k, &load_ms[k], &reads[k]);
         cpu[k] = cpu_seconds() - c0;
         stop(&rr);
         gbs[k] = (double)n_experts * (double)per / 1e9 / t;
     }
-    fio[n_pass] = fio_read(dir, size, per, qd, &fio_cpu[n_pass]);
+    fio[n_pass] = fio_read(dir, size, per, fio_qd, &fio_cpu[n_pass]);
     printf("\n| run | chunk KiB | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | "
            "fetcher ÷ fio | load ms | reads in flight | CPU s per GB: fio / fetcher |\n"
            "|---|---|---|---|---|---|---|---|---|---|\n");
