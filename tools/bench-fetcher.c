@@ -151,6 +151,12 @@ static void drop_cache(const char *dir)
     }
 }
 
+static double rusage_seconds(const struct rusage *ru)
+{
+    return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
+           (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1e6;
+}
+
 /*
  * fio: random O_DIRECT reads of `bs` bytes (one expert, rounded up to 4 KiB) over the
  * file, `qd` in flight, io_uring with registered buffers as the fetcher (without them fio
@@ -204,8 +210,7 @@ static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd,
     memset(&ru, 0, sizeof ru);
     while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
         ;
-    *cpu_s = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    *cpu_s = rusage_seconds(&ru);
     double gbs = 0;
     /* fio may print notes before the JSON object */
     cJSON *j = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strchr(out, '{') ? cJSON_Parse(strchr(out, '{')) : NULL;
@@ -313,8 +318,7 @@ static double cpu_seconds(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    return rusage_seconds(&ru);
 }
 
 static int cmp_double(const void *a, const void *b)
