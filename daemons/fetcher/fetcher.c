@@ -125,7 +125,7 @@ struct dsv4_fetcher {
 
     dsv4_fio *io;
     uint32_t n_active;         /* loads started and not finished (≤ opts.queue_depth) */
-    uint32_t reads_max;        /* most reads in flight at once (dsv4_fetcher_reads_in_flight_max) */
+    _Atomic uint32_t reads_max; /* most reads in flight at once; read by other threads */
     struct load *loads;        /* [n_slots] */
     int32_t *loading;          /* [n_keys] → slot being loaded, -1 */
     uint32_t *free_slots, n_free;
@@ -784,7 +784,9 @@ static void pump(dsv4_fetcher *f)
             f->n_issue--;
         }
     }
-    f->reads_max = DSV4_MAX(f->reads_max, dsv4_fio_in_flight(f->io));
+    uint32_t now = dsv4_fio_in_flight(f->io); /* only this thread writes reads_max */
+    if (now > atomic_load_explicit(&f->reads_max, memory_order_relaxed))
+        atomic_store_explicit(&f->reads_max, now, memory_order_relaxed);
 }
 
 static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
@@ -1191,7 +1193,7 @@ const char *dsv4_fetcher_describe(const dsv4_fetcher *f)
 
 uint32_t dsv4_fetcher_reads_in_flight_max(const dsv4_fetcher *f)
 {
-    return f->reads_max;
+    return atomic_load_explicit(&f->reads_max, memory_order_relaxed);
 }
 
 dsv4_fetcher *dsv4_fetcher_free(dsv4_fetcher *f, bool unlink_shm)
