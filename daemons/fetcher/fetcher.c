@@ -23,8 +23,8 @@
  * queue_depth × the chunks of the largest expert), as fio's iodepth counts
  * whole expert-sized reads that the kernel splits. A batch of experts is thus
  * wholly queued at the disk: it does not drain while this thread waits for a
- * CPU to refill the queue chunk by chunk (what made batches slower than single
- * loads on a loaded machine).
+ * CPU to refill the queue chunk by chunk (a starved thread cost batches 0.68
+ * of fio that way, 0.74-0.77 now: docs/benchmarks.md).
  */
 #include "fetcher.h"
 
