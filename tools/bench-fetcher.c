@@ -1,28 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench-fetcher: expert loads through dsv4-fetcher against a raw sequential
- * O_DIRECT read of the same file, in the same run.
+ * bench-fetcher: expert loads through dsv4-fetcher against `fio` reading the
+ * same file in the same run, passes interleaved so a drifting disk cancels.
  *
  * Writes (once) a synthetic checkpoint under --dir: a Flash-shaped config
  * reduced to one layer of N routed experts and one safetensors file holding
  * their six tensors each at the real Flash sizes (13,369,344 bytes per
  * expert, random bytes, tensors not 4 KiB aligned as in the official
- * shards). Then, per run: the page cache of the file is dropped
- * (POSIX_FADV_DONTNEED; the reads are O_DIRECT anyway), a raw sequential
- * read of the whole file through the same io_uring backend and queue depth,
- * and a fresh fetcher (cold cache) serving every expert once in random
- * order, one acquire at a time and in batches of 6; and `fio` (when installed:
- * tools/setup-deps.sh) reading the same file at random in spans of one expert's
- * size with the fetcher's queue depth in flight, O_DIRECT, io_uring: the disk's
- * rate for this pattern by a tool that is not ours. Last, the cost of a cache
- * hit (lease + release on a cached expert) in ns.
+ * shards). Then, per run, four passes back to back:
+ *   fio, fetcher (one expert per acquire), fio, fetcher (6 per acquire)
+ * and one last fio pass after the final run. A fetcher pass is a fresh fetcher
+ * (cold cache) serving every expert once in random order; with several
+ * --chunk-kib values each run repeats its four passes for each, so settings
+ * are compared against fio and each other in the same minutes. A fio pass
+ * (tools/setup-deps.sh installs fio) reads the same file at random in spans of
+ * one expert's size, every span once, with the fetcher's queue depth in
+ * flight, O_DIRECT, io_uring, registered buffers: the disk's rate for this
+ * pattern by a tool that is not ours. Each fetcher pass is divided by the mean
+ * of the fio passes just before and just after it (linear drift cancels);
+ * the median of those ratios is the figure. Per fetcher pass also the mean
+ * load time (start to READY) and the most reads in flight. CPU time of each pass (fetcher:
+ * this process, client and I/O thread; fio: the child) is printed too: the
+ * machine may be shared. Last, the cost of a cache hit (lease + release on a
+ * cached expert) in ns.
  *
  * The expert tensors (names, dtypes, shapes, so the expert size) come from the
  * tensor inventory of the reduced config (common/inventory.c), as the fetcher's
  * plan sees them.
  *
  *   bench-fetcher --config FLASH_CONFIG.json [--dir /tmp/dsv4-bench-fetcher] [--experts 64]
- *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024] [--runs 3]
+ *                 [--slots 16] [--queue-depth 16] [--chunk-kib 1024[,512...]] [--runs 3]
+ *                 [--fio-iodepth N]   (default: the queue depth; 1 = one expert in flight, all
+ *                                      that one acquire of one expert lets the fetcher have)
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -31,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -141,41 +151,10 @@ static void drop_cache(const char *dir)
     }
 }
 
-/* Sequential O_DIRECT read of the whole file, `qd` chunks in flight; returns seconds. */
-static double raw_read(const char *dir, uint64_t size, uint32_t qd, uint32_t chunk)
+static double rusage_seconds(const struct rusage *ru)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    int fd = open(path, O_RDONLY | O_DIRECT);
-    if (fd < 0)
-        die(path);
-    uint8_t *buf = dsv4_xaligned_alloc(1 << 21, (size_t)qd * chunk);
-    struct iovec iov = { buf, (size_t)qd * chunk };
-    dsv4_fio *io;
-    dsv4_fio_open(DSV4_FIO_URING, qd, &iov, 1, &io, NULL);
-    uint64_t t0 = dsv4_now_ns(), next = 0, done = 0;
-    uint32_t slot = 0;
-    struct dsv4_fio_done d[64];
-    while (done < size) {
-        while (next < size && dsv4_fio_in_flight(io) < qd) {
-            dsv4_fio_read(io, fd, buf + (size_t)(slot % qd) * chunk, chunk, next, 0, next);
-            slot++;
-            next += chunk;
-        }
-        int n = dsv4_fio_reap(io, d, 64, 1000000000);
-        for (int i = 0; i < n; i++) {
-            if (d[i].res < 0) {
-                errno = (int)-d[i].res;
-                die("raw read");
-            }
-            done += d[i].res < chunk ? size - d[i].tag : (uint64_t)d[i].res;
-        }
-    }
-    double s = (double)(dsv4_now_ns() - t0) / 1e9;
-    dsv4_fio_free(io);
-    free(buf);
-    close(fd);
-    return s;
+    return (double)(ru->ru_utime.tv_sec + ru->ru_stime.tv_sec) +
+           (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1e6;
 }
 
 /*
@@ -183,9 +162,9 @@ static double raw_read(const char *dir, uint64_t size, uint32_t qd, uint32_t chu
  * file, `qd` in flight, io_uring with registered buffers as the fetcher (without them fio
  * pins its pages per read and measured 0.5-0.8 GB/s where it reaches 2 GB/s with them),
  * every bs-aligned span once. Returns GB/s, or 0 when fio is missing or failed (said once
- * on stderr).
+ * on stderr); *cpu_s: the child's user + system CPU seconds.
  */
-static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd)
+static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd, double *cpu_s)
 {
     char path[4200], a_file[4300], a_bs[64], a_qd[64], a_size[64];
     snprintf(path, sizeof(path), "%s/model.safetensors", dir);
@@ -227,7 +206,11 @@ static double fio_read(const char *dir, uint64_t size, uint64_t bs, uint32_t qd)
     out[len] = 0;
     close(pfd[0]);
     int st = 0;
-    waitpid(pid, &st, 0);
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &st, 0, &ru) < 0 && errno == EINTR)
+        ;
+    *cpu_s = rusage_seconds(&ru);
     double gbs = 0;
     /* fio may print notes before the JSON object */
     cJSON *j = WIFEXITED(st) && WEXITSTATUS(st) == 0 && strchr(out, '{') ? cJSON_Parse(strchr(out, '{')) : NULL;
@@ -297,8 +280,10 @@ static void stop(struct runner *r)
     rmdir(r->run_dir);
 }
 
-/* Every expert once, random order, `batch` per acquire; returns seconds. */
-static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed)
+/* Every expert once, random order, `batch` per acquire; returns seconds. *load_ms: the
+ * fetcher's mean time from a load's start to READY; *reads: the most reads it had in flight. */
+static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed,
+                        double *load_ms, uint32_t *reads)
 {
     int *order = dsv4_xmalloc((size_t)n_experts * sizeof(int));
     for (int i = 0; i < n_experts; i++)
@@ -320,8 +305,20 @@ static double fetch_all(struct runner *r, int n_experts, int batch, unsigned see
         dsv4_fetcher_client_release(r->c, 0, order + i, n);
     }
     double s = (double)(dsv4_now_ns() - t0) / 1e9;
+    struct dsv4_expert_shm *sh = dsv4_fetcher_shm(r->f); /* a fresh fetcher: counters from 0 */
+    *load_ms = (double)atomic_load_explicit(&sh->stats.lat_sum_us, memory_order_relaxed) /
+               n_experts / 1000.0;
+    *reads = dsv4_fetcher_reads_in_flight_max(r->f);
     free(order);
     return s;
+}
+
+/* User + system CPU seconds of this process (the client and the fetcher's thread). */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return rusage_seconds(&ru);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -336,15 +333,19 @@ static void hardware_line(const char *dir)
     dsv4_cpu_model(model, sizeof model);
     struct utsname u;
     uname(&u);
-    printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run)\n",
-           model, sysconf(_SC_NPROCESSORS_ONLN), u.release, dir);
+    double load[1] = { -1 };
+    getloadavg(load, 1);
+    printf("hardware: %s, %ld CPUs, Linux %s, file on %s (shared machine: other jobs run; load "
+           "average %.1f at the start)\n", model, sysconf(_SC_NPROCESSORS_ONLN), u.release, dir,
+           load[0]);
 }
 
 int main(int argc, char **argv)
 {
     const char *config = NULL, *dir = "/tmp/dsv4-bench-fetcher";
     int n_experts = 64, runs = 3;
-    uint32_t slots = 16, qd = 16, chunk = 1u << 20;
+    uint32_t slots = 16, qd = 16, fio_qd = 0, chunks[8] = { 1u << 20 };
+    int n_chunk = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config"))
             config = argv[i + 1];
@@ -354,18 +355,37 @@ int main(int argc, char **argv)
             n_experts = dsv4_parse_int_or_exit("--experts", argv[i + 1], 1, 1 << 20);
         else if (!strcmp(argv[i], "--slots"))
             slots = (uint32_t)dsv4_parse_int_or_exit("--slots", argv[i + 1], 1, 1 << 24);
+        else if (!strcmp(argv[i], "--fio-iodepth"))
+            fio_qd = (uint32_t)dsv4_parse_int_or_exit("--fio-iodepth", argv[i + 1], 1, 4096);
         else if (!strcmp(argv[i], "--queue-depth"))
             qd = (uint32_t)dsv4_parse_int_or_exit("--queue-depth", argv[i + 1], 1, 4096);
-        else if (!strcmp(argv[i], "--chunk-kib"))
-            chunk = (uint32_t)dsv4_parse_int_or_exit("--chunk-kib", argv[i + 1], 4, 1 << 20) * 1024;
+        else if (!strcmp(argv[i], "--chunk-kib")) {
+            char *list = dsv4_xstrdup(argv[i + 1]), *save = NULL;
+            n_chunk = 0;
+            for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (n_chunk == (int)DSV4_ARRAY_SIZE(chunks)) {
+                    fprintf(stderr, "bench-fetcher: at most %zu chunk sizes\n",
+                            DSV4_ARRAY_SIZE(chunks));
+                    return 64;
+                }
+                chunks[n_chunk++] =
+                    (uint32_t)dsv4_parse_int_or_exit("--chunk-kib", t, 4, 1 << 20) * 1024;
+            }
+            free(list);
+            if (!n_chunk)
+                dsv4_parse_int_or_exit("--chunk-kib", "", 4, 1 << 20); /* says why and exits */
+        }
         else if (!strcmp(argv[i], "--runs"))
             runs = dsv4_parse_int_or_exit("--runs", argv[i + 1], 1, 1000);
     }
     if (!config) {
         fprintf(stderr, "usage: bench-fetcher --config FLASH_CONFIG.json [--dir D] [--experts N] "
-                        "[--slots N] [--queue-depth N] [--chunk-kib N] [--runs N]\n");
+                        "[--slots N] [--queue-depth N] [--chunk-kib N[,N...]] [--runs N] "
+                        "[--fio-iodepth N]\n");
         return 64;
     }
+    if (!fio_qd)
+        fio_qd = qd;
     mkdir(dir, 0755);
     write_config(config, dir, n_experts);
     struct dsv4_config cfg;
@@ -379,69 +399,81 @@ int main(int argc, char **argv)
     const uint64_t per = inv.expert_bytes;
     uint64_t size = write_shard(dir, &inv);
     dsv4_inventory_free(&inv);
+    drop_cache(dir); /* the reads are O_DIRECT; this only frees what writing the file left */
     hardware_line(dir);
-    printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk %u "
-           "KiB\n", n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd,
-           chunk >> 10);
+    printf("file: %d experts × %llu bytes = %.2f GB; fetcher: %u slots, queue depth %u, chunk",
+           n_experts, (unsigned long long)per, (double)size / 1e9, slots, qd);
+    for (int c = 0; c < n_chunk; c++)
+        printf("%s %u", c ? "," : "", chunks[c] >> 10);
+    printf(" KiB\n");
     printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
-           (unsigned long long)((per + 4095) / 4096 * 4096), qd);
-    printf("%-4s %9s %20s %9s %20s %7s %7s %8s %7s %7s\n", "run", "raw GB/s", "1/acq: exp/s  GB/s",
-           "raw GB/s", "6/acq: exp/s  GB/s", "ratio1", "ratio6", "fio GB/s", "1/fio", "6/fio");
-    double best1 = 0, best6 = 0, bestraw = 0, bestfio = 0;
-    double *r1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *r6 = dsv4_xcalloc((size_t)runs, sizeof(double));
-    double *f1 = dsv4_xcalloc((size_t)runs, sizeof(double)), *f6 = dsv4_xcalloc((size_t)runs, sizeof(double));
-    for (int r = 0; r < runs; r++) {
-        /* The disk is shared and its speed drifts: each fetch pass is compared with the
-         * faster of the raw reads taken just before and just after it, and with the fio
-         * pass between the two fetch passes. */
+           (unsigned long long)((per + 4095) / 4096 * 4096), fio_qd);
+    /* Passes: per run and chunk size, fio, fetcher 1/acq, fio, fetcher 6/acq; one fio last.
+     * fio[k] is the pass just before fetch pass k, fio[k + 1] the one just after. */
+    int n_pass = 2 * runs * n_chunk;
+    double *fio = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
+    double *fio_cpu = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
+    double *gbs = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double *cpu = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double *load_ms = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    uint32_t *reads = dsv4_xcalloc((size_t)n_pass, sizeof(uint32_t));
+    for (int k = 0; k < n_pass; k++) {
+        int batch = k % 2 ? 6 : 1;
         struct runner rr;
-        drop_cache(dir);
-        double raw1 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
-        start(&rr, dir, slots, qd, chunk);
-        if (r == 0)
+        start(&rr, dir, slots, qd, chunks[k / 2 % n_chunk]); /* before fio: nothing between */
+        if (k < 2 * n_chunk && k % 2 == 0)
             printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
-        double t1 = fetch_all(&rr, n_experts, 1, 11u + (unsigned)r);
+        fio[k] = fio_read(dir, size, per, fio_qd, &fio_cpu[k]);
+        double c0 = cpu_seconds();
+        double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k, &load_ms[k], &reads[k]);
+        cpu[k] = cpu_seconds() - c0;
         stop(&rr);
-        raw1 = DSV4_MAX(raw1, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
-        double fio = fio_read(dir, size, per, qd);
-        drop_cache(dir);
-        double raw6 = (double)size / 1e9 / raw_read(dir, size, qd, chunk);
-        start(&rr, dir, slots, qd, chunk);
-        double t6 = fetch_all(&rr, n_experts, 6, 23u + (unsigned)r);
-        stop(&rr);
-        raw6 = DSV4_MAX(raw6, (double)size / 1e9 / raw_read(dir, size, qd, chunk));
-        double g1 = (double)n_experts * (double)per / 1e9 / t1;
-        double g6 = (double)n_experts * (double)per / 1e9 / t6;
-        r1[r] = g1 / raw1;
-        r6[r] = g6 / raw6;
-        f1[r] = fio > 0 ? g1 / fio : 0;
-        f6[r] = fio > 0 ? g6 / fio : 0;
-        printf("%-4d %9.2f %10.1f %9.2f %9.2f %10.1f %9.2f %7.2f %7.2f %8.2f %7.2f %7.2f\n", r,
-               raw1, n_experts / t1, g1, raw6, n_experts / t6, g6, r1[r], r6[r], fio, f1[r], f6[r]);
-        bestraw = DSV4_MAX(bestraw, DSV4_MAX(raw1, raw6));
-        bestfio = DSV4_MAX(bestfio, fio);
-        best1 = DSV4_MAX(best1, g1);
-        best6 = DSV4_MAX(best6, g6);
+        gbs[k] = (double)n_experts * (double)per / 1e9 / t;
     }
-    qsort(r1, (size_t)runs, sizeof(double), cmp_double);
-    qsort(r6, (size_t)runs, sizeof(double), cmp_double);
-    qsort(f1, (size_t)runs, sizeof(double), cmp_double);
-    qsort(f6, (size_t)runs, sizeof(double), cmp_double);
-    printf("median ratio: %.2f one expert per acquire, %.2f six per acquire; best: raw %.2f GB/s, "
-           "fetcher %.2f / %.2f GB/s (best/best %.2f / %.2f); goal >= 0.9\n", r1[runs / 2],
-           r6[runs / 2], bestraw, best1, best6, best1 / bestraw, best6 / bestraw);
-    if (bestfio > 0)
-        printf("fetcher / fio: median %.2f one per acquire, %.2f six per acquire; best fio %.2f GB/s "
-               "(best/best %.2f / %.2f); goal >= 0.9\n", f1[runs / 2], f6[runs / 2], bestfio,
-               best1 / bestfio, best6 / bestfio);
-    free(r1);
-    free(r6);
-    free(f1);
-    free(f6);
+    fio[n_pass] = fio_read(dir, size, per, fio_qd, &fio_cpu[n_pass]);
+    printf("\n| run | chunk KiB | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | "
+           "fetcher ÷ fio | load ms | reads in flight | CPU s per GB: fio / fetcher |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    /* ratio[(chunk * 2 + mode) * runs + run] */
+    double *ratio = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double gb = (double)n_experts * (double)per / 1e9, minfio = fio[0], maxfio = fio[0];
+    for (int k = 0; k < n_pass; k++) {
+        int mode = k % 2, c = k / 2 % n_chunk, run = k / (2 * n_chunk);
+        double mean = (fio[k] + fio[k + 1]) / 2;
+        double r = fio[k] > 0 && fio[k + 1] > 0 ? gbs[k] / mean : 0;
+        ratio[(c * 2 + mode) * runs + run] = r;
+        printf("| %d | %u | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %u | %.2f / %.2f |\n", run,
+               chunks[c] >> 10, mode ? 6 : 1, fio[k], gbs[k], fio[k + 1], r, load_ms[k], reads[k],
+               fio_cpu[k] / gb, cpu[k] / gb);
+    }
+    for (int k = 0; k <= n_pass; k++)
+        minfio = DSV4_MIN(minfio, fio[k]), maxfio = DSV4_MAX(maxfio, fio[k]);
+    printf("\nfetcher ÷ fio, each fetcher pass over the mean of the fio passes around it (goal >= "
+           "0.9); fio %.2f-%.2f GB/s\n", minfio, maxfio);
+    for (int c = 0; c < n_chunk; c++) {
+        double med[2], lo[2], hi[2];
+        for (int mode = 0; mode < 2; mode++) {
+            double *v = ratio + (c * 2 + mode) * runs;
+            qsort(v, (size_t)runs, sizeof(double), cmp_double);
+            med[mode] = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
+            lo[mode] = v[0];
+            hi[mode] = v[runs - 1];
+        }
+        printf("chunk %u KiB: median %.2f one expert per acquire (%.2f-%.2f), %.2f six per "
+               "acquire (%.2f-%.2f)\n", chunks[c] >> 10, med[0], lo[0], hi[0], med[1], lo[1],
+               hi[1]);
+    }
+    free(ratio);
+    free(fio);
+    free(fio_cpu);
+    free(gbs);
+    free(cpu);
+    free(load_ms);
+    free(reads);
 
     /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
     struct runner rr;
-    start(&rr, dir, slots, qd, chunk);
+    start(&rr, dir, slots, qd, chunks[0]);
     int id = 0;
     const struct dsv4_fetcher_expert *v;
     dsv4_fetcher_client_acquire(rr.c, 0, &id, 1, &v, NULL);

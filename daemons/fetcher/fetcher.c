@@ -17,6 +17,14 @@
  * widened to 4 KiB boundaries, placed at a 4 KiB boundary of the slot and
  * read in chunks of at most chunk_bytes, so O_DIRECT's alignment rules hold
  * and the tensor starts are recorded in the slot (off[], len[]).
+ *
+ * Queue depth counts expert loads, not reads: up to queue_depth loads run at
+ * once and every chunk of each is in flight together (the ring holds
+ * queue_depth × the chunks of the largest expert), as fio's iodepth counts
+ * whole expert-sized reads that the kernel splits. A batch of experts is thus
+ * wholly queued at the disk: it does not drain while this thread waits for a
+ * CPU to refill the queue chunk by chunk (a starved thread cost batches 0.68
+ * of fio that way, 0.74-0.77 now: docs/benchmarks.md).
  */
 #include "fetcher.h"
 
@@ -45,6 +53,12 @@
 
 #define TOPIC "fetcher"
 #define SPAN_GAP_MAX (64u << 10)
+/* While reads are in flight the thread sleeps in io_uring and sees new requests at the next
+ * completion or after this long. Requests reaching it are misses and hints, whose reads queue
+ * behind those in flight anyway; polling every 250 µs cost the otherwise idle thread about a
+ * tenth of a CPU for as long as the disk was busy (bench-fetcher's CPU column). */
+#define BUSY_POLL_NS 2000000u
+#define READS_MAX 8192u /* reads in flight at most, whatever queue depth × chunks asks */
 
 struct span {
     uint32_t shard, dst, alen; /* dst: offset in the slot; alen: aligned length */
@@ -110,6 +124,8 @@ struct dsv4_fetcher {
     int lock_fd;
 
     dsv4_fio *io;
+    uint32_t n_active;         /* loads started and not finished (≤ opts.queue_depth) */
+    _Atomic uint32_t reads_max; /* most reads in flight at once; read by other threads */
     struct load *loads;        /* [n_slots] */
     int32_t *loading;          /* [n_keys] → slot being loaded, -1 */
     uint32_t *free_slots, n_free;
@@ -640,6 +656,7 @@ static void start_load(dsv4_fetcher *f, uint32_t slot, uint32_t key, bool prefet
     l->msg[0] = 0;
     l->t_start = dsv4_now_ns();
     l->n_waiters = 0;
+    f->n_active++;
     f->loading[key] = (int32_t)slot;
     f->issue[f->n_issue++] = slot;
     if (prefetch)
@@ -653,6 +670,7 @@ static void finish_load(dsv4_fetcher *f, uint32_t slot)
     struct load *l = &f->loads[slot];
     f->loading[l->key] = -1;
     l->active = false;
+    f->n_active--;
     if (l->status == 0) {
         uint32_t state = l->pin ? DSV4_SLOT_PINNED : DSV4_SLOT_READY;
         if (l->n_waiters)
@@ -692,9 +710,8 @@ static void finish_load(dsv4_fetcher *f, uint32_t slot)
 
 static void start_loads(dsv4_fetcher *f, bool *blocked)
 {
-    uint32_t max_active = dsv4_fio_queue_depth(f->io);
     *blocked = false;
-    while (f->n_issue < max_active) {
+    while (f->n_active < f->opts.queue_depth) {
         struct fifo *q = f->demand.n ? &f->demand : &f->prefetch;
         struct work *w = fifo_front(q);
         if (!w)
@@ -767,6 +784,9 @@ static void pump(dsv4_fetcher *f)
             f->n_issue--;
         }
     }
+    uint32_t now = dsv4_fio_in_flight(f->io); /* only this thread writes reads_max */
+    if (now > atomic_load_explicit(&f->reads_max, memory_order_relaxed))
+        atomic_store_explicit(&f->reads_max, now, memory_order_relaxed);
 }
 
 static void on_read(dsv4_fetcher *f, const struct dsv4_fio_done *d)
@@ -1046,8 +1066,11 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
     struct iovec *iov = dsv4_xcalloc(g.n_slots, sizeof(*iov));
     for (uint32_t i = 0; i < g.n_slots; i++)
         iov[i] = (struct iovec){ dsv4_expert_shm_slot_data(f->shm, i), g.slot_size };
+    /* Room for every chunk of queue_depth loads of the largest expert (io_uring caps a ring
+     * at 32768 entries; the ring is twice this). */
+    uint64_t reads = (uint64_t)f->opts.queue_depth * ((g.slot_size + f->chunk - 1) / f->chunk);
     struct dsv4_err ioerr = { { 0 } };
-    dsv4_fio_open(be, f->opts.queue_depth, iov, g.n_slots, &f->io, &ioerr);
+    dsv4_fio_open(be, (uint32_t)DSV4_MIN(reads, READS_MAX), iov, g.n_slots, &f->io, &ioerr);
     free(iov);
     if (ioerr.msg[0])
         dsv4_log_warn(TOPIC, "%s", ioerr.msg);
@@ -1055,11 +1078,13 @@ int dsv4_fetcher_open(const struct dsv4_fetcher_opts *opts, dsv4_fetcher **ret,
     atomic_store_explicit(&f->shm->io_uring, dsv4_fio_backend(f->io) == DSV4_FIO_URING,
                           memory_order_relaxed);
     snprintf(f->describe, sizeof(f->describe),
-             "%s, %s, %s registered buffers, %u slots of %llu bytes, queue depth %u, chunk %u",
+             "%s, %s, %s registered buffers, %u slots of %llu bytes, queue depth %u loads "
+             "(up to %u reads in flight), chunk %u",
              dsv4_fio_backend(f->io) == DSV4_FIO_URING ? "io_uring" : "pread",
              direct ? "O_DIRECT" : "buffered (O_DIRECT refused or disabled)",
              dsv4_fio_registered(f->io) ? "with" : "without", g.n_slots,
-             (unsigned long long)g.slot_size, f->opts.queue_depth, f->chunk);
+             (unsigned long long)g.slot_size, f->opts.queue_depth, dsv4_fio_queue_depth(f->io),
+             f->chunk);
 
     /* Requests a killed fetcher had taken but not completed. */
     if (!fresh) {
@@ -1125,7 +1150,7 @@ int dsv4_fetcher_run(dsv4_fetcher *f)
         atomic_store_explicit(&s->blocked, blocked, memory_order_relaxed);
         pump(f);
         uint32_t busy = dsv4_fio_in_flight(f->io);
-        int n = dsv4_fio_reap(f->io, done, (int)DSV4_ARRAY_SIZE(done), busy ? 250000 : 0);
+        int n = dsv4_fio_reap(f->io, done, (int)DSV4_ARRAY_SIZE(done), busy ? BUSY_POLL_NS : 0);
         for (int i = 0; i < n; i++)
             on_read(f, &done[i]);
         if (n || busy || f->n_retries)
@@ -1164,6 +1189,11 @@ const char *dsv4_fetcher_shm_name(const dsv4_fetcher *f)
 const char *dsv4_fetcher_describe(const dsv4_fetcher *f)
 {
     return f->describe;
+}
+
+uint32_t dsv4_fetcher_reads_in_flight_max(const dsv4_fetcher *f)
+{
+    return atomic_load_explicit(&f->reads_max, memory_order_relaxed);
 }
 
 dsv4_fetcher *dsv4_fetcher_free(dsv4_fetcher *f, bool unlink_shm)

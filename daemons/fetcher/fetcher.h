@@ -25,7 +25,7 @@ struct dsv4_fetcher_opts {
     uint64_t cache_bytes;       /* else: as many slots as fit this segment size (the plan) */
     uint32_t pin_slots;         /* at most this many pinned slots; default n_slots / 4 */
     bool pin_slots_set;
-    uint32_t queue_depth;       /* reads in flight; 0 → 16 */
+    uint32_t queue_depth;       /* expert loads in flight, every chunk of each at once; 0 → 16 */
     uint32_t chunk_bytes;       /* largest single read; 0 → 1 MiB */
     enum dsv4_fetcher_io io;    /* also DSV4_IO=pread|buffered in the environment */
     bool numa;                  /* bind I/O thread and segment with hwloc */
@@ -51,3 +51,5 @@ int dsv4_fetcher_pin(dsv4_fetcher *f, int layer, int expert, bool pin, struct ds
 int dsv4_fetcher_save_hot(dsv4_fetcher *f, struct dsv4_err *err);
 /* One line: I/O backend, O_DIRECT or not, registered buffers, NUMA placement. */
 const char *dsv4_fetcher_describe(const dsv4_fetcher *f);
+/* The most reads that were in flight at once since open (tests, bench-fetcher). */
+uint32_t dsv4_fetcher_reads_in_flight_max(const dsv4_fetcher *f);

@@ -452,6 +452,48 @@ static void test_every_expert_bytes(void **state)
     fx_stop(&x);
 }
 
+/* Queue depth counts loads: two requests taken together have every chunk of both experts in
+ * flight at once (the whole batch queued at the disk), not two reads. */
+static void test_batch_reads_all_in_flight(void **state)
+{
+    char run_dir[256];
+    make_run_dir(run_dir, sizeof(run_dir));
+    struct dsv4_fetcher_opts o = { .model_dir = model_dir, .run_dir = run_dir, .n_slots = 5,
+                                   .queue_depth = 2, .chunk_bytes = 4096 };
+    dsv4_fetcher *f;
+    struct dsv4_err err;
+    if (dsv4_fetcher_open(&o, &f, &err) < 0)
+        fail_msg("%s", err.msg);
+    struct dsv4_expert_shm *s = dsv4_fetcher_shm(f);
+    /* Both requests wait in the ring before the fetcher's first pass takes them. */
+    for (uint32_t k = 0; k < 2; k++) {
+        struct dsv4_expert_req r = { .id = 100 + k, .op = DSV4_EXPERT_OP_LOAD, .key = k };
+        assert_true(dsv4_eshm_req_push(s, &r));
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, run_thread, f);
+    uint64_t chunks = 0;
+    for (int got = 0; got < 2;) {
+        struct dsv4_expert_comp c;
+        if (!dsv4_eshm_comp_pop(s, &c)) {
+            dsv4_eshm_comp_wait(s, 100000000);
+            continue;
+        }
+        assert_int_equal(c.status, 0);
+        const struct dsv4_expert_slot_shm *sl = &dsv4_expert_shm_slots(s)[c.slot];
+        for (int t = 0; t < DSV4_EXPERT_TENSORS; t++)
+            chunks += sl->len[t] / 4096; /* at least this many 4 KiB reads per tensor */
+        dsv4_eshm_release(s, c.slot);
+        got++;
+    }
+    assert_true(chunks > 2 * o.queue_depth);
+    assert_true(dsv4_fetcher_reads_in_flight_max(f) >= chunks);
+    dsv4_fetcher_stop(f);
+    pthread_join(th, NULL);
+    dsv4_fetcher_free(f, true);
+    rm_rf(run_dir);
+}
+
 static void test_random_budget_leases(void **state)
 {
     struct fx x;
@@ -916,6 +958,7 @@ int main(void)
         cmocka_unit_test(test_slot_state_machine_threads),
         cmocka_unit_test(test_rings_threads),
         cmocka_unit_test(test_every_expert_bytes),
+        cmocka_unit_test(test_batch_reads_all_in_flight),
         cmocka_unit_test(test_random_budget_leases),
         cmocka_unit_test(test_prefetch_and_pin),
         cmocka_unit_test(test_hot_set_learned),
