@@ -339,27 +339,29 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
 /*
  * The 256-bit tile of all-16-bit activation rows (AVX2): two blocks per vector, block b
  * in the low 128 bits and b + 1 in the high, as the pair layout (fp4_prep_pairs). The
- * codes' bytes are first reordered 0 4 1 5 2 6 3 7 (8 12 ...) in each half, so that one
- * nibble mask, one shift, two vpshufb lookups and four in-lane unpacks give the weights
- * of four vpmaddwd, whose dwords are the definition's lanes: e = lanes 0-3 of both
- * blocks, o = lanes 4-7. No cross-lane shuffle, no class test per block; per pair and
- * weight row 4 vpmaddwd, 2 conversions and 2 fma against 2·(2 vpmaddwd, a conversion,
- * an fma, 7 decode operations) in fp4_tile.
+ * codes' bytes are first reordered 0 8 4 12 1 9 5 13 ... in each half (one vpshufb), so
+ * that after the two nibble lookups the even bytes hold lanes 0-3 (columns base and
+ * base + 8 side by side) and the odd bytes lanes 4-7: a shift or a mask then widens
+ * them to the ·256 words of four vpmaddwd, whose dwords are the definition's lanes
+ * (e = lanes 0-3 of both blocks, o = lanes 4-7). Per pair and weight row: 10 decode
+ * operations, 3 of them shuffles, 4 vpmaddwd, 2 conversions, 2 fma and a factor insert,
+ * against 2·(7 decode with 4 shuffles, one cross-lane, 2 vpmaddwd, a conversion, an fma,
+ * a class test) in fp4_tile.
  */
 INLINE void fp4_decode_p(__m256i raw, __m256i wt[4])
 {
     const __m256i table = _mm256_broadcastsi128_si256(
         _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
     const __m256i perm = _mm256_broadcastsi128_si256(
-        _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
-    const __m256i nib = _mm256_set1_epi8(0x0F), z = _mm256_setzero_si256();
+        _mm_setr_epi8(0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15));
+    const __m256i nib = _mm256_set1_epi8(0x0F), odd = _mm256_set1_epi16(-256);
     const __m256i r = _mm256_shuffle_epi8(raw, perm);
     const __m256i lv = _mm256_shuffle_epi8(table, _mm256_and_si256(r, nib));
     const __m256i hv = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(r, 4), nib));
-    wt[0] = _mm256_unpacklo_epi8(z, lv); /* ·256, as XL0 */
-    wt[1] = _mm256_unpacklo_epi8(z, hv); /* XH0 */
-    wt[2] = _mm256_unpackhi_epi8(z, lv); /* XL1 */
-    wt[3] = _mm256_unpackhi_epi8(z, hv); /* XH1 */
+    wt[0] = _mm256_slli_epi16(lv, 8);     /* even bytes ·256, as XL0 */
+    wt[1] = _mm256_slli_epi16(hv, 8);     /* XH0 */
+    wt[2] = _mm256_and_si256(lv, odd);    /* odd bytes ·256, as XL1 */
+    wt[3] = _mm256_and_si256(hv, odd);    /* XH1 */
 }
 
 /* pair p (blocks 2p, 2p + 1; raw: their 32 code bytes, the odd half zero for a lone
