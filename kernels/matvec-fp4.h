@@ -414,14 +414,16 @@ static int fp4_ok_p(const uint8_t *s, uint32_t nb, const struct fp4_x *x)
         mn = _mm256_min_epu8(mn, v);
         mx = _mm256_max_epu8(mx, v);
     }
-    uint8_t t[2][32];
-    _mm256_storeu_si256((__m256i *)t[0], mn);
-    _mm256_storeu_si256((__m256i *)t[1], mx);
-    int lo = 255, hi = 0;
-    for (int i = 0; i < 32; i++) {
-        lo = t[0][i] < lo ? t[0][i] : lo;
-        hi = t[1][i] > hi ? t[1][i] : hi;
-    }
+    /* min and ~max of the 32 bytes at once: bytes widened to words, then vphminposuw */
+    __m128i v = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+    __m128i u = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    v = _mm_min_epu8(v, _mm_srli_si128(v, 8));
+    u = _mm_max_epu8(u, _mm_srli_si128(u, 8));
+    v = _mm_unpacklo_epi64(v, _mm_xor_si128(u, _mm_set1_epi8(-1)));
+    v = _mm_min_epu8(v, _mm_srli_epi16(v, 8));
+    v = _mm_and_si128(v, _mm_set1_epi16(0xFF));
+    int lo = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi64(v, v)), 0);
+    int hi = 255 - _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi64(v, v)), 0);
     for (; b < nb; b++) {
         lo = s[b] < lo ? s[b] : lo;
         hi = s[b] > hi ? s[b] : hi;
