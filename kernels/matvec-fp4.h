@@ -414,7 +414,8 @@ static int fp4_ok_p(const uint8_t *s, uint32_t nb, const struct fp4_x *x)
         mn = _mm256_min_epu8(mn, v);
         mx = _mm256_max_epu8(mx, v);
     }
-    /* min and ~max of the 32 bytes at once: bytes widened to words, then vphminposuw */
+    /* the 32 per-position minima and maxima folded to 8 each, then min and ~max as words
+     * through one vphminposuw each */
     __m128i v = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
     __m128i u = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
     v = _mm_min_epu8(v, _mm_srli_si128(v, 8));
