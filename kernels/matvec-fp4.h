@@ -53,6 +53,7 @@ struct fp4_x {
     const uint8_t *cls; /* [blocks] */
     int inexact;
     int all16;          /* every block in the 16-bit class */
+    int eo_lo, eo_hi;   /* the range of eo */
 };
 
 /* where block b's qA lies in a prepared row (qB 32, hiA 64, hiB 96 int16 further) */
@@ -87,6 +88,37 @@ INLINE int fp4_ints(const __m256 v[4], int sigma, __m256i q[4])
     return _mm256_movemask_ps(eq) == 0xFF;
 }
 
+#if !FP4_HAS_Z
+/*
+ * The pair layout of an all-16-bit row (AVX2, fp4_tile_p), written into the pair's hi
+ * area (unused in the 16-bit class): for blocks b (even, low 128 bits) and b + 1 (high),
+ * XL0 = cols 0 8 2 10 4 12 6 14, XH0 = 1 9 3 11 5 13 7 15, XL1 = XL0 + 16, XH1 = XH0 + 16,
+ * 16 int16 each. Dword k of XL0 and XH0 then holds the four columns of the definition's
+ * lane k, of XL1 and XH1 those of lane k + 4, in the order that fp4_decode_p gives the
+ * weights; a lone last block's odd half is zero.
+ */
+static void fp4_prep_pairs(int16_t *q, uint32_t blocks)
+{
+    for (uint32_t b = 0; b < ((blocks + 1) & ~1u); b++) {
+        int16_t *d = q + (size_t)(b >> 1) * FP4_QB + 64 + (b & 1) * 8;
+        __m256i l = _mm256_setzero_si256(), h = l;
+        if (b < blocks) {
+            const int16_t *s = fp4_qat(q, b);
+            const __m256i qa = _mm256_loadu_si256((const __m256i *)s);        /* 0-7 | 16-23 */
+            const __m256i qb = _mm256_loadu_si256((const __m256i *)(s + 32)); /* 8-15 | 24-31 */
+            const __m256 lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(qa, qb));
+            const __m256 hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(qa, qb));
+            l = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0x88)); /* XL0 | XL1 */
+            h = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xDD)); /* XH0 | XH1 */
+        }
+        _mm_storeu_si128((__m128i *)d, _mm256_castsi256_si128(l));
+        _mm_storeu_si128((__m128i *)(d + 16), _mm256_castsi256_si128(h));
+        _mm_storeu_si128((__m128i *)(d + 32), _mm256_extracti128_si256(l, 1));
+        _mm_storeu_si128((__m128i *)(d + 48), _mm256_extracti128_si256(h, 1));
+    }
+}
+#endif
+
 static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, uint8_t *cls,
                      struct fp4_x *out)
 {
@@ -94,6 +126,7 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
     out->q = q, out->eo = eo, out->cls = cls;
     out->inexact = 0;
     out->all16 = 1;
+    out->eo_lo = INT32_MAX, out->eo_hi = INT32_MIN;
     for (uint32_t b = 0; b < blocks; b++) {
         __m256 v[4];
         __m256i mx = _mm256_setzero_si256();
@@ -136,11 +169,17 @@ static void fp4_prep(const float *x, uint32_t blocks, int16_t *q, int32_t *eo, u
         }
         cls[b] = c;
         eo[b] = e;
+        out->eo_lo = e < out->eo_lo ? e : out->eo_lo;
+        out->eo_hi = e > out->eo_hi ? e : out->eo_hi;
         if (c == FP4_INEXACT)
             out->inexact = 1;
         if (c != FP4_Q16)
             out->all16 = 0;
     }
+#if !FP4_HAS_Z
+    if (out->all16)
+        fp4_prep_pairs(q, blocks);
+#endif
 }
 
 /* 32 codes of a block → doubled E2M1 values ·256 as int16: wA = cols 0-7 | 16-23,
@@ -295,6 +334,175 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
             y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
         }
 }
+
+#if !FP4_HAS_Z
+/*
+ * The 256-bit tile of all-16-bit activation rows (AVX2): two blocks per vector, block b
+ * in the low 128 bits and b + 1 in the high, as the pair layout (fp4_prep_pairs). The
+ * codes' bytes are first reordered 0 8 4 12 1 9 5 13 ... in each half (one vpshufb), so
+ * that after the two nibble lookups the even bytes hold lanes 0-3 (columns base and
+ * base + 8 side by side) and the odd bytes lanes 4-7: a shift or a mask then widens
+ * them to the ·256 words of four vpmaddwd, whose dwords are the definition's lanes
+ * (e = lanes 0-3 of both blocks, o = lanes 4-7). Per pair and weight row: 10 decode
+ * operations, 3 of them shuffles, 4 vpmaddwd, 2 conversions, 2 fma and a factor insert,
+ * against 2·(7 decode with 4 shuffles, one cross-lane, 2 vpmaddwd, a conversion, an fma,
+ * a class test) in fp4_tile.
+ */
+INLINE void fp4_decode_p(__m256i raw, __m256i wt[4])
+{
+    const __m256i table = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    const __m256i perm = _mm256_broadcastsi128_si256(
+        _mm_setr_epi8(0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15));
+    const __m256i nib = _mm256_set1_epi8(0x0F), odd = _mm256_set1_epi16(-256);
+    const __m256i r = _mm256_shuffle_epi8(raw, perm);
+    const __m256i lv = _mm256_shuffle_epi8(table, _mm256_and_si256(r, nib));
+    const __m256i hv = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(r, 4), nib));
+    wt[0] = _mm256_slli_epi16(lv, 8);     /* even bytes ·256, as XL0 */
+    wt[1] = _mm256_slli_epi16(hv, 8);     /* XH0 */
+    wt[2] = _mm256_and_si256(lv, odd);    /* odd bytes ·256, as XL1 */
+    wt[3] = _mm256_and_si256(hv, odd);    /* XH1 */
+}
+
+/* pair p (blocks 2p, 2p + 1; raw: their 32 code bytes, the odd half zero for a lone
+ * block) of R weight rows × NX rows: f[r][n] the pair's factors, 4 lanes each */
+INLINE void fp4_pair_p(const int R, const int NX, const __m256i raw[4],
+                       const int16_t *const xq[4], __m256 f[4][4], __m256 e[4][4],
+                       __m256 o[4][4])
+{
+    for (int r = 0; r < R; r++) {
+        __m256i wt[4];
+        fp4_decode_p(raw[r], wt);
+        for (int n = 0; n < NX; n++) {
+            const __m256i *x = (const __m256i *)xq[n];
+            const __m256i pe = _mm256_add_epi32(_mm256_madd_epi16(wt[0], _mm256_loadu_si256(x)),
+                                                _mm256_madd_epi16(wt[1], _mm256_loadu_si256(x + 1)));
+            const __m256i po = _mm256_add_epi32(_mm256_madd_epi16(wt[2], _mm256_loadu_si256(x + 2)),
+                                                _mm256_madd_epi16(wt[3], _mm256_loadu_si256(x + 3)));
+            e[r][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(pe), f[r][n], e[r][n]);
+            o[r][n] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(po), f[r][n], o[r][n]);
+        }
+    }
+}
+
+/* the block factors 2^(S + eo − 127) of blocks [b, b + n) (n <= 8) into c, unchecked
+ * (the pair tile checks a row's ranges once: fp4_ok_p) */
+INLINE void fp4_factors_p(const uint8_t *s, const int32_t *eo, uint32_t n, float *c)
+{
+    __m256i e;
+    if (n == 8) {
+        e = _mm256_add_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)s)),
+                             _mm256_loadu_si256((const __m256i *)eo));
+    } else {
+        int32_t et[8];
+        for (uint32_t t = 0; t < 8; t++)
+            et[t] = t < n ? s[t] + eo[t] : 127;
+        e = _mm256_loadu_si256((const __m256i *)et);
+    }
+    _mm256_storeu_ps(c, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
+}
+
+/* whether every factor 2^(S + eo − 127) of a weight row (scales s, nb blocks) and an
+ * activation row is a normal fp32 and no S is 0xFF, from the ranges of S and eo: a
+ * sufficient test (a row that fails it takes the definition) */
+static int fp4_ok_p(const uint8_t *s, uint32_t nb, const struct fp4_x *x)
+{
+    __m256i mn = _mm256_set1_epi8(-1), mx = _mm256_setzero_si256();
+    uint32_t b = 0;
+    for (; b + 32 <= nb; b += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(s + b));
+        mn = _mm256_min_epu8(mn, v);
+        mx = _mm256_max_epu8(mx, v);
+    }
+    /* the 32 per-position minima and maxima folded to 8 each, then min and ~max as words
+     * through one vphminposuw each */
+    __m128i v = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+    __m128i u = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    v = _mm_min_epu8(v, _mm_srli_si128(v, 8));
+    u = _mm_max_epu8(u, _mm_srli_si128(u, 8));
+    v = _mm_unpacklo_epi64(v, _mm_xor_si128(u, _mm_set1_epi8(-1)));
+    v = _mm_min_epu8(v, _mm_srli_epi16(v, 8));
+    v = _mm_and_si128(v, _mm_set1_epi16(0xFF));
+    int lo = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi64(v, v)), 0);
+    int hi = 255 - _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi64(v, v)), 0);
+    for (; b < nb; b++) {
+        lo = s[b] < lo ? s[b] : lo;
+        hi = s[b] > hi ? s[b] : hi;
+    }
+    return hi < 255 && lo + x->eo_lo >= 1 && hi + x->eo_hi <= 254;
+}
+
+/* the codes and factors of pair t (blocks b0 + t, b0 + t + 1) of a chunk of a pair tile:
+ * lone = 1 for a lone last block, whose odd half is zero (weights and factor) */
+INLINE void fp4_load_p(const int R, const int NX, const uint8_t *const wr[4], uint32_t b0,
+                       uint32_t t, int lone, float cf[4][4][8], __m256i raw[4], __m256 f[4][4])
+{
+    const uint32_t b = b0 + t;
+    for (int r = 0; r < R; r++) {
+        if (!lone)
+            raw[r] = _mm256_loadu_si256((const __m256i *)(wr[r] + (size_t)b * 16));
+        else
+            raw[r] = _mm256_zextsi128_si256(
+                _mm_loadu_si128((const __m128i *)(wr[r] + (size_t)b * 16)));
+        for (int n = 0; n < NX; n++)
+            f[r][n] = lone ? _mm256_zextps128_ps256(_mm_broadcast_ss(&cf[r][n][t]))
+                           : _mm256_insertf128_ps(
+                                 _mm256_castps128_ps256(_mm_broadcast_ss(&cf[r][n][t])),
+                                 _mm_broadcast_ss(&cf[r][n][t + 1]), 1);
+    }
+}
+
+INLINE void fp4_tile_p(const int R, const int NX, const struct dsv4_fp4_weight *w,
+                       const uint32_t *rows, const struct fp4_x *xp, float *y, size_t ldy,
+                       int ok[4][4])
+{
+    const uint32_t nb = w->cols / 32;
+    const uint8_t *wr[4], *sr[4];
+    __m256 e[4][4], o[4][4];
+    for (int r = 0; r < R; r++) {
+        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
+        sr[r] = w->scale + (size_t)rows[r] * nb;
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
+            e[r][n] = o[r][n] = _mm256_setzero_ps();
+    for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
+        const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
+        float cf[4][4][8] __attribute__((aligned(32)));
+        for (int r = 0; r < R; r++)
+            for (int n = 0; n < NX; n++)
+                fp4_factors_p(sr[r] + b0, xp[n].eo + b0, m, cf[r][n]);
+        const int16_t *xq[4];
+        __m256i raw[4];
+        __m256 f[4][4];
+        if (m == 8) { /* whole chunks apart, so their four pairs unroll */
+#pragma GCC unroll 4
+            for (uint32_t t = 0; t < 8; t += 2) {
+                for (int n = 0; n < NX; n++)
+                    xq[n] = xp[n].q + (size_t)((b0 + t) >> 1) * FP4_QB + 64;
+                fp4_load_p(R, NX, wr, b0, t, 0, cf, raw, f);
+                fp4_pair_p(R, NX, raw, xq, f, e, o);
+            }
+        } else {
+            for (uint32_t t = 0; t < m; t += 2) {
+                for (int n = 0; n < NX; n++)
+                    xq[n] = xp[n].q + (size_t)((b0 + t) >> 1) * FP4_QB + 64;
+                fp4_load_p(R, NX, wr, b0, t, t + 1 == m, cf, raw, f);
+                fp4_pair_p(R, NX, raw, xq, f, e, o);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++) {
+            ok[r][n] = fp4_ok_p(sr[r], nb, &xp[n]);
+            /* the definition's lanes: 0-3 and 8-11 from e, 4-7 and 12-15 from o */
+            float a[16] __attribute__((aligned(32)));
+            _mm256_store_ps(a, _mm256_permute2f128_ps(e[r][n], o[r][n], 0x20));
+            _mm256_store_ps(a + 8, _mm256_permute2f128_ps(e[r][n], o[r][n], 0x31));
+            y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
+        }
+}
+#endif
 
 #ifdef FP4_ZMM
 /*
@@ -568,7 +776,8 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
 #define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok)                                          \
     ((Z) ? fp4_tile_z(R, NX, w, rows, xp, y, ldy, ok) : fp4_tile(R, NX, w, rows, xp, y, ldy, ok))
 #else
-#define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok) fp4_tile(R, NX, w, rows, xp, y, ldy, ok)
+#define FP4_TILE(Z, R, NX, w, rows, xp, y, ldy, ok)                                          \
+    ((Z) ? fp4_tile_p(R, NX, w, rows, xp, y, ldy, ok) : fp4_tile(R, NX, w, rows, xp, y, ldy, ok))
 #endif
 
 /* rows [row_begin, row_end) for NX prepared activation rows; a tile's R rows lie a
@@ -637,14 +846,20 @@ static void matvec_fp4_simd(const struct dsv4_fp4_weight *w, const float *x, siz
         }
         /* groups of up to 4 rows; contiguous ones of one kind share a tile */
         for (size_t g = 0; g < nq;) {
-            const int z = FP4_HAS_Z && xp[g].all16;
+            const int z = xp[g].all16;
             size_t k = 1;
-            while (k < 4 && g + k < nq && idx[g + k] == idx[g] + k &&
-                   (FP4_HAS_Z && xp[g + k].all16) == z)
+            while (k < 4 && g + k < nq && idx[g + k] == idx[g] + k && xp[g + k].all16 == z)
                 k++;
             const float *xg = x + idx[g] * w->cols;
             float *yg = y + idx[g] * ldy;
-            if (z) {
+            if (z && !FP4_HAS_Z) { /* pair tiles: 2·R·NX accumulators of 16 registers */
+                switch (k) {
+                case 1: fp4_rows(1, 4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 2: fp4_rows(1, 2, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                case 3: fp4_rows(1, 1, 3, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                default: fp4_rows(1, 1, 4, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
+                }
+            } else if (z) {
                 switch (k) {
                 case 1: fp4_rows(1, 4, 1, w, xp + g, xg, yg, ldy, row_begin, row_end); break;
                 case 2: fp4_rows(1, 4, 2, w, xp + g, xg, yg, ldy, row_begin, row_end); break;

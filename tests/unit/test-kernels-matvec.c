@@ -468,6 +468,39 @@ static void test_fp8_special_x(void **state)
 
 /* ---- FP4 ---- */
 
+/*
+ * One out-of-range scale byte at every block position of an all-16-bit activation row
+ * (the AVX2 pair tile, which checks a weight row's scale range once): 0xFF (NaN), 10
+ * (a block factor below the normal range for activations near 1) and 240 (above it, for
+ * activations near 2^40). 67 blocks: two 32-byte passes of the range scan, its tail and
+ * a lone last block.
+ */
+static void test_fp4_scale_range_positions(void **state)
+{
+    select_twin(state);
+    extra_rows_qdq = 1;
+    enum { NB = 67, ROWS = NB, COLS = NB * 32 };
+    static const uint8_t bad[3] = {0xFF, 10, 240};
+    uint8_t *w = malloc((size_t)ROWS * COLS / 2), *sc = malloc((size_t)ROWS * NB);
+    float *x = malloc(COLS * sizeof(float));
+    for (size_t i = 0; i < (size_t)ROWS * COLS / 2; i++)
+        w[i] = (uint8_t)(rnd() | 0x11); /* no zero nibble: every block counts */
+    struct case_ c = {.kind = FP4, .rows = ROWS, .cols = COLS};
+    c.f4 = (struct dsv4_fp4_weight){w, sc, ROWS, COLS};
+    for (int k = 0; k < 3; k++) {
+        for (uint32_t i = 0; i < ROWS; i++)
+            for (uint32_t b = 0; b < NB; b++)
+                sc[i * NB + b] = b == i ? bad[k] : (uint8_t)(120 + rnd() % 8);
+        /* multiples of 1/4 up to 1.75: E4M3 values, 16-bit integers in every block */
+        for (uint32_t t = 0; t < COLS; t++)
+            x[t] = ldexpf((float)((int)(rnd() % 15) - 7), k == 2 ? 38 : -2);
+        run_case(&c, x, 0);
+    }
+    free(w);
+    free(sc);
+    free(x);
+}
+
 static void test_fp4_random_shapes(void **state)
 {
     select_twin(state);
@@ -962,6 +995,7 @@ int main(void)
         {"fp4_factor_edges", test_fp4_factor_edges},
         {"fp4_integer_classes", test_fp4_integer_classes},
         {"fp4_many_rows", test_fp4_many_rows},
+        {"fp4_scale_range_positions", test_fp4_scale_range_positions},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
         {"dot_f64", test_dot_f64},
