@@ -78,25 +78,20 @@ uint64_t dsv4_plan_default_budget(void)
 static void widen_chunk(const struct dsv4_config *c, struct dsv4_plan *p, uint64_t room)
 {
     const struct dsv4_plan_opts *o = &p->o;
-    uint64_t base = p->sessions_total;
-    int best = o->chunk;
-    uint64_t st = p->session_state, sc = p->session_scratch;
+    const uint64_t base = p->sessions_total;
     for (int ch = 2 * o->chunk; ch <= DSV4_MAX_PREFILL_CHUNK; ch *= 2) {
-        uint64_t st2, sc2;
-        dsv4_plan_session_bytes(c, o->max_ctx, ch, o->max_rollback, o->threads, &st2, &sc2);
-        if ((uint64_t)o->sessions * st2 + sc2 - base > room)
+        uint64_t st, sc;
+        dsv4_plan_session_bytes(c, o->max_ctx, ch, o->max_rollback, o->threads, &st, &sc);
+        uint64_t total = (uint64_t)o->sessions * st + sc;
+        if (total - base > room)
             break;
-        best = ch, st = st2, sc = sc2;
+        p->o.chunk = ch;
+        p->session_state = st;
+        p->session_scratch = sc;
+        p->sessions_total = total;
     }
-    if (best == o->chunk)
-        return;
-    uint64_t total = (uint64_t)o->sessions * st + sc;
-    p->chunk_extra = total - base;
+    p->chunk_extra = p->sessions_total - base;
     p->fixed += p->chunk_extra;     /* the minimum stays the default chunk's */
-    p->o.chunk = best;
-    p->session_state = st;
-    p->session_scratch = sc;
-    p->sessions_total = total;
 }
 
 int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opts,
@@ -271,7 +266,8 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d,\"prefix_ram\":%" PRIu64 "}\n",
             p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->drafter_cache,
             p->session_state,
-            p->session_scratch, p->o.chunk, p->o.sessions, (long long)p->o.max_ctx, p->sessions_total,
+            p->session_scratch, p->o.chunk, p->o.sessions, (long long)p->o.max_ctx,
+            p->sessions_total,
             p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
             p->cache_bytes,
             p->n_slots, p->min_slots, p->experts_total, p->max_lease, p->prefix_ram);

@@ -287,14 +287,12 @@ void engine_args_free(struct engine_args *a)
 
 /* run's prefill step when --chunk is not given: the plan's for one in-process session at this
  * machine's default budget (daemons/lib/plan.c), the default where no plan can be made. */
-static int run_chunk(const struct engine_args *a, int64_t max_ctx)
+static int run_chunk(const struct engine_args *a, const struct dsv4_config *cfg, int64_t max_ctx)
 {
-    struct dsv4_config cfg;
     struct dsv4_plan p;
     struct dsv4_plan_opts o = { .max_ctx = max_ctx, .sessions = 1, .threads = a->threads,
                                 .in_process = true, .dspark = a->dspark, .prefix_ram = 0 };
-    if (max_ctx > INT32_MAX || dsv4_config_load(a->model, &cfg, NULL) < 0 ||
-        dsv4_plan_make(&cfg, &o, &p, NULL) < 0)
+    if (max_ctx > INT32_MAX || dsv4_plan_make(cfg, &o, &p, NULL) < 0)
         return DSV4_DEFAULT_CHUNK;
     return p.o.chunk;
 }
@@ -325,7 +323,7 @@ int engine_args_open(struct engine_args *a, int64_t positions, dsv4_engine **eng
     }
     struct dsv4_session_opts so = { .max_ctx = a->max_ctx ? a->max_ctx : positions };
     if (!a->chunk)
-        a->chunk = run_chunk(a, so.max_ctx);
+        a->chunk = run_chunk(a, dsv4_engine_config(*eng), so.max_ctx);
     so.chunk = a->chunk;
     if ((rc = dsv4_session_new(*eng, &so, ses, &err)) < 0) {
         fprintf(stderr, "dsv4ctl: %s\n", err.msg);
