@@ -17,6 +17,9 @@ the speculative generation must still print what plain `run` prints.
 3. A request whose context needs more session memory than the plan allows is refused (busy)
    with a message naming the session budget; the set keeps serving (skipped for a model whose
    session state does not grow with the context: only window layers).
+0. (first) The prefill step: the plan's is a power of two in [64, 512] (64 with DSpark), an
+   out-of-range or malformed --chunk is a usage error (64) naming the option on plan, start
+   and dsv4-compute, and a refused start leaves nothing behind.
 """
 import json
 import os
@@ -56,6 +59,24 @@ def plan(gb):
 _, p0 = plan(1024.0)
 minimum = p0["minimum"]
 slot = p0["slot_bytes"]
+
+# 0. the prefill step: the plan's, and hostile --chunk values refused before anything starts
+ch = p0["chunk"]
+assert ch in (64, 128, 256, 512) and (ch == 64 or not DSPARK), p0
+for bad in ("5000", "-1", "x", "64k", ""):
+    r = ctl("plan", "--model", model, "--chunk", bad, check=False)
+    assert r.returncode == 64 and "--chunk" in r.stderr, (bad, r.returncode, r.stderr)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    r = ctl("start", "--model", model, "--run-dir", run_dir, "--chunk", bad, check=False)
+    assert r.returncode == 64 and "--chunk" in r.stderr, (bad, r.returncode, r.stderr)
+    assert not shm_paths(run_dir), "a refused start left shared memory"
+compute = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(exe))), "..", "daemons",
+                       "compute", "dsv4-compute")
+assert os.path.exists(compute), compute
+for bad in ("0", "4097", "x"):
+    r = subprocess.run([compute, "--model", model, "--chunk", bad], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "--chunk" in r.stderr, (bad, r.returncode, r.stderr)
 
 # 1. below the minimum: plan says so, start refuses and names the minimum
 low = (minimum - slot) / GIB
