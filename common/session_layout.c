@@ -84,3 +84,26 @@ int dsv4_session_layout(const struct dsv4_config *c, int64_t max_ctx, int chunk,
     L->scratch_bytes = sc;
     return 0;
 }
+
+uint64_t dsv4_dspark_session_bytes(const struct dsv4_config *c, int chunk, int n_workers)
+{
+    if (c->dspark_stages <= 0)
+        return 0;
+    const uint64_t g = (uint64_t)DSV4_MAX(c->dspark_block_size, 1), dim = (uint64_t)c->dim,
+                   V = (uint64_t)c->vocab_size, taps = (uint64_t)c->dspark_n_target_layers,
+                   W = (uint64_t)c->window, dc = (uint64_t)DSV4_DRAFTER_CHUNK(c), f = sizeof(float);
+    struct dsv4_session_layout L;
+    uint64_t scratch = dsv4_session_layout(c, (int64_t)dc, (int)dc, 1, n_workers, &L, NULL) < 0
+                           ? 0 : L.scratch_bytes;
+    uint64_t drafter = scratch + f * ((uint64_t)c->dspark_stages * W * (uint64_t)c->head_dim +
+                                      g * (uint64_t)c->hc_dim + dc * dim + dc * taps * dim +
+                                      2 * g * dim + g * V + V +
+                                      dim + (uint64_t)c->dspark_markov_rank) +
+                       g * sizeof(int32_t);
+    const uint64_t gamma = g, rows = DSV4_MAX(DSV4_MAX(gamma + 1, (uint64_t)DSV4_SPEC_FEED_ROWS),
+                                              DSV4_MAX(W, (uint64_t)(chunk > 0 ? chunk
+                                                                            : DSV4_DEFAULT_CHUNK)));
+    uint64_t spec = f * ((gamma + 1) * V + rows * taps * dim +
+                         (W + DSV4_SPEC_TAP_SLACK) * taps * dim);
+    return drafter + spec;
+}

@@ -130,3 +130,19 @@ static inline uint64_t dsv4_layout_bytes(uint64_t count, uint64_t size)
 {
     return (count ? count : 1) * size;
 }
+
+/* DSpark (daemons/compute/speculate.c): rows per captured forward while feeding the drafter,
+ * and the tap ring's rows beyond the drafter's window (rows a rollback may undo). */
+#define DSV4_SPEC_FEED_ROWS 64
+#define DSV4_SPEC_TAP_SLACK 128
+/* The drafter's own step: rows of its scratch session (daemons/compute/dspark.c). */
+#define DSV4_DRAFTER_CHUNK(c) DSV4_MAX((c)->dspark_block_size, 32)
+
+/*
+ * Bytes a session's DSpark state holds besides its target session, for target steps of
+ * `chunk` rows: the drafter (dspark.c: window ring per stage, block rows, base logits, its
+ * scratch session) and the speculation buffers (speculate.c: verify logits, the taps of a
+ * step, the tap ring). 0 for a model without a DSpark drafter. The memory plan counts it per
+ * session; dsv4_drafter_new and dsv4_spec_new allocate exactly these arrays.
+ */
+uint64_t dsv4_dspark_session_bytes(const struct dsv4_config *c, int chunk, int n_workers);

@@ -35,6 +35,7 @@ struct dsv4_drafter {
     float *bias;            /* [vocab] */
     float *cin;             /* [dim+rank] confidence input */
     int32_t *ids;           /* [γ] block ids */
+    uint64_t bytes;         /* all of the above and the scratch session (the plan's count) */
 };
 
 int dsv4_drafter_new(dsv4_engine *e, dsv4_drafter **ret, struct dsv4_err *err)
@@ -47,7 +48,7 @@ int dsv4_drafter_new(dsv4_engine *e, dsv4_drafter **ret, struct dsv4_err *err)
     dsv4_drafter *d = dsv4_xcalloc(1, sizeof(*d));
     d->e = e;
     d->w = w;
-    d->chunk = DSV4_MAX(w->block, 32);
+    d->chunk = DSV4_DRAFTER_CHUNK(c); /* (the memory plan counts this: session_layout.h) */
     d->W = c->window;
     d->D = c->head_dim;
     struct dsv4_session_opts so = { .max_ctx = d->chunk, .chunk = d->chunk, .max_rollback = 1 };
@@ -57,16 +58,20 @@ int dsv4_drafter_new(dsv4_engine *e, dsv4_drafter **ret, struct dsv4_err *err)
         return rc;
     }
     int g = w->block, dim = c->dim;
-    d->ring = dsv4_xcalloc((size_t)w->stages * d->W * d->D, sizeof(float));
-    d->x = dsv4_xcalloc((size_t)g * c->hc_dim, sizeof(float));
-    d->mx = dsv4_xcalloc((size_t)d->chunk * dim, sizeof(float));
-    d->xq = dsv4_xcalloc((size_t)d->chunk * w->n_taps * dim, sizeof(float));
-    d->h = dsv4_xcalloc((size_t)g * dim, sizeof(float));
-    d->hn = dsv4_xcalloc((size_t)g * dim, sizeof(float));
-    d->u = dsv4_xcalloc((size_t)g * c->vocab_size, sizeof(float));
-    d->bias = dsv4_xcalloc((size_t)c->vocab_size, sizeof(float));
-    d->cin = dsv4_xcalloc((size_t)(dim + w->rank), sizeof(float));
-    d->ids = dsv4_xcalloc((size_t)g, sizeof(int32_t));
+    uint64_t *b = &d->bytes;
+    *b = d->scr->scratch_bytes;
+#define DALLOC(count, size) (*b += (uint64_t)(count) * (size), dsv4_xcalloc((count), (size)))
+    d->ring = DALLOC((size_t)w->stages * d->W * d->D, sizeof(float));
+    d->x = DALLOC((size_t)g * c->hc_dim, sizeof(float));
+    d->mx = DALLOC((size_t)d->chunk * dim, sizeof(float));
+    d->xq = DALLOC((size_t)d->chunk * w->n_taps * dim, sizeof(float));
+    d->h = DALLOC((size_t)g * dim, sizeof(float));
+    d->hn = DALLOC((size_t)g * dim, sizeof(float));
+    d->u = DALLOC((size_t)g * c->vocab_size, sizeof(float));
+    d->bias = DALLOC((size_t)c->vocab_size, sizeof(float));
+    d->cin = DALLOC((size_t)(dim + w->rank), sizeof(float));
+    d->ids = DALLOC((size_t)g, sizeof(int32_t));
+#undef DALLOC
     *ret = d;
     return 0;
 }
@@ -98,6 +103,11 @@ int dsv4_drafter_skip_to(dsv4_drafter *d, int64_t pos, struct dsv4_err *err)
         d->valid_from = pos;
     d->n = pos;
     return 0;
+}
+
+uint64_t dsv4_drafter_bytes(const dsv4_drafter *d)
+{
+    return d->bytes;
 }
 
 int dsv4_drafter_window(const dsv4_drafter *d)

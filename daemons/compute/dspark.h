@@ -49,6 +49,9 @@ int dsv4_drafter_commit(dsv4_drafter *d, const float *hidden, int n, int64_t pos
 int dsv4_drafter_skip_to(dsv4_drafter *d, int64_t pos, struct dsv4_err *err);
 /* The drafter's context window (sliding_window): rows older than P − window are never read. */
 int dsv4_drafter_window(const dsv4_drafter *d);
+/* Bytes the drafter allocated (its arrays and scratch session): what the memory plan counts
+ * (dsv4_dspark_session_bytes, with the speculation buffers). */
+uint64_t dsv4_drafter_bytes(const dsv4_drafter *d);
 
 /*
  * Draft one block for `anchor` (the newest token, at position P = dsv4_drafter_pos ≥ 1):

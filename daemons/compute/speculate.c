@@ -24,9 +24,9 @@
 #include "spec_accept.h"
 #include "util.h"
 
-#define FEED_ROWS 64        /* rows per captured forward while feeding */
+#define FEED_ROWS DSV4_SPEC_FEED_ROWS /* rows per captured forward while feeding */
 #define MAX_GAMMA DSV4_SPEC_MAX_GAMMA
-#define TAP_SLACK 128       /* tap ring beyond the window: rows a rollback may undo */
+#define TAP_SLACK DSV4_SPEC_TAP_SLACK /* tap ring beyond the window: rows a rollback may undo */
 
 struct dsv4_spec {
     dsv4_session *s;
@@ -108,6 +108,12 @@ int dsv4_spec_new(dsv4_session *s, dsv4_drafter *d, const struct dsv4_proposer *
         sp->hidden_rows = rows;
         sp->hidden = dsv4_xmalloc((size_t)rows * sp->n_taps * sp->dim * sizeof(float));
         sp->tap_ring = dsv4_xmalloc((size_t)sp->cap * sp->n_taps * sp->dim * sizeof(float));
+        /* the memory plan counts what a real drafter's session holds: keep them equal */
+        assert(p || dsv4_drafter_bytes(d) +
+                            ((size_t)(sp->gamma + 1) * sp->vocab +
+                             ((size_t)rows + (size_t)sp->cap) * sp->n_taps * sp->dim) *
+                                sizeof(float) ==
+                        dsv4_dspark_session_bytes(c, s->chunk, dsv4_pool_size(s->e->pool)));
     }
     *ret = sp;
     return 0;

@@ -136,7 +136,10 @@ int dsv4_plan_make(const struct dsv4_config *c, const struct dsv4_plan_opts *opt
 
     dsv4_plan_session_bytes(c, o.max_ctx, o.chunk, o.max_rollback, o.threads, &p->session_state,
                             &p->session_scratch);
-    p->sessions_total = (uint64_t)o.sessions * p->session_state + p->session_scratch;
+    if (o.dspark)
+        p->session_dspark = dsv4_dspark_session_bytes(c, o.chunk, o.threads);
+    p->sessions_total = (uint64_t)o.sessions * (p->session_state + p->session_dspark) +
+                        p->session_scratch;
     uint64_t V = (uint64_t)c->vocab_size;
     p->compute_scratch = DSV4_WIRE_MAX_ALL_ROWS * V * sizeof(float)          /* logits of scored rows */
                          + 2 * V * (sizeof(float) + 16)            /* reply buffer, top-k */
@@ -229,9 +232,15 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
     if (p->drafter_cache)
         row(f, "drafter experts", p->drafter_cache, "compute's LRU: one drafted block per stage");
     snprintf(note, sizeof(note),
-             "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch (%d-row steps)",
+             "%d × (%.1f MiB state at %lld positions + %.1f MiB DSpark) + %.1f MiB step scratch "
+             "(%d-row steps)",
              p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
-             p->session_scratch / (double)MIB, p->o.chunk);
+             p->session_dspark / (double)MIB, p->session_scratch / (double)MIB, p->o.chunk);
+    if (!p->session_dspark)
+        snprintf(note, sizeof(note),
+                 "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch (%d-row steps)",
+                 p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
+                 p->session_scratch / (double)MIB, p->o.chunk);
     row(f, "sessions", p->sessions_total, note);
     row(f, "compute scratch", p->compute_scratch, "logits rows, replies, lease table");
     row(f, "prefix cache", p->prefix_ram, p->prefix_ram ? "RAM tier of the prefix cache (LRU)"
@@ -258,7 +267,8 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             "{\"budget\":%" PRIu64 ",\"minimum\":%" PRIu64 ",\"dense\":%" PRIu64
             ",\"embed_head\":%" PRIu64 ",\"drafter\":%" PRIu64 ",\"drafter_cache\":%" PRIu64
             ",\"session_state\":%" PRIu64
-            ",\"session_scratch\":%" PRIu64 ",\"chunk\":%d,\"sessions\":%d,\"max_ctx\":%lld"
+            ",\"session_scratch\":%" PRIu64 ",\"session_dspark\":%" PRIu64
+            ",\"chunk\":%d,\"sessions\":%d,\"max_ctx\":%lld"
             ",\"sessions_total\":%" PRIu64 ",\"compute_scratch\":%" PRIu64
             ",\"overhead\":%" PRIu64 ",\"fixed\":%" PRIu64 ",\"slot_bytes\":%" PRIu64
             ",\"cache_header\":%" PRIu64 ",\"cache_bytes\":%" PRIu64 ",\"n_slots\":%" PRIu64
@@ -266,7 +276,8 @@ void dsv4_plan_print_json(FILE *f, const struct dsv4_plan *p)
             ",\"experts_total\":%" PRIu64 ",\"max_lease\":%d,\"prefix_ram\":%" PRIu64 "}\n",
             p->budget, p->minimum, p->dense, p->embed_head, p->drafter, p->drafter_cache,
             p->session_state,
-            p->session_scratch, p->o.chunk, p->o.sessions, (long long)p->o.max_ctx,
+            p->session_scratch, p->session_dspark, p->o.chunk, p->o.sessions,
+            (long long)p->o.max_ctx,
             p->sessions_total,
             p->compute_scratch, p->overhead, p->fixed, p->slot_bytes, p->cache_header,
             p->cache_bytes,

@@ -50,7 +50,9 @@ struct dsv4_plan {
     uint64_t drafter_cache;         /* with dspark: compute's LRU of the stages' routed experts */
     uint64_t session_state;         /* per session: KV ring, compressed rows, indexer keys */
     uint64_t session_scratch;       /* once: a forward step's activations (chunk rows) */
-    uint64_t sessions_total;        /* sessions × state + the step scratch */
+    uint64_t session_dspark;        /* per session with dspark: drafter and speculation
+                                     * buffers (dsv4_dspark_session_bytes) */
+    uint64_t sessions_total;        /* sessions × (state + dspark) + the step scratch */
     uint64_t chunk_extra;           /* of which a prefill step the plan widened adds (not in
                                      * the minimum; 0 when the chunk was asked for) */
     uint64_t compute_scratch;       /* logits rows, result buffers, lease table */

@@ -32,8 +32,21 @@ static void check_rows(const struct dsv4_config *c, const struct dsv4_plan *p)
     assert_int_equal(p->session_state, st);
     assert_int_equal(p->session_scratch, sc);
     assert_true(st > 0 && sc > 0);
-    /* N states and one step scratch (sessions hold state only, daemons/compute/forward.c) */
-    assert_int_equal(p->sessions_total, (uint64_t)p->o.sessions * st + sc);
+    /* N states (with DSpark, each with its drafter and speculation buffers) and one step
+     * scratch (sessions hold state only, daemons/compute/forward.c) */
+    uint64_t ds = p->o.dspark ? dsv4_dspark_session_bytes(c, p->o.chunk, p->o.threads) : 0;
+    assert_int_equal(p->session_dspark, ds);
+    assert_int_equal(p->sessions_total, (uint64_t)p->o.sessions * (st + ds) + sc);
+    if (p->o.dspark && c->dspark_stages > 0) {
+        /* at least the two largest buffers: verify logits, and the tap ring (window + slack
+         * rows of every tap); the exact count is asserted where they are allocated
+         * (daemons/compute/speculate.c) whenever a DSpark session opens */
+        uint64_t taps = (uint64_t)c->dspark_n_target_layers * (uint64_t)c->dim * 4;
+        assert_true(ds >= (uint64_t)(c->dspark_block_size + 1) * (uint64_t)c->vocab_size * 4 +
+                              (uint64_t)(c->window + DSV4_SPEC_TAP_SLACK) * taps);
+    } else {
+        assert_int_equal(ds, 0);
+    }
     /* the prefix cache's RAM tier: given (part of the minimum) or carved from the room above
      * the minimum (an eighth, at most 256 MiB) */
     uint64_t base = p->dense + p->embed_head + p->drafter + p->drafter_cache +
@@ -91,7 +104,8 @@ static void test_rows_add_up(void **state)
             r = dsv4_plan_make(c, &o, &q, &err);
             assert_true(r == 0 || r == -ENOSPC);
             check_rows(c, &q);
-            assert_int_equal(q.fixed - q.prefix_ram - (p.fixed - p.prefix_ram), p.session_state);
+            assert_int_equal(q.fixed - q.prefix_ram - (p.fixed - p.prefix_ram),
+                             p.session_state + p.session_dspark);
             checked += 2;
         }
     }
