@@ -990,6 +990,13 @@ int dsv4_checkpoint_shard_fd(const dsv4_checkpoint *c, uint32_t shard)
     return shard < c->n_shards ? c->shards[shard].fd : -EBADF;
 }
 
+void dsv4_checkpoint_forget(const dsv4_checkpoint *c, const struct dsv4_tensor *t)
+{
+    if (t->shard < c->n_shards)
+        (void)posix_fadvise(c->shards[t->shard].fd, (off_t)t->offset, (off_t)t->nbytes,
+                            POSIX_FADV_DONTNEED);
+}
+
 int dsv4_checkpoint_read(const dsv4_checkpoint *c, const struct dsv4_tensor *t,
                          uint64_t offset, void *buf, uint64_t n, struct dsv4_err *err)
 {

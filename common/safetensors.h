@@ -74,6 +74,10 @@ int dsv4_checkpoint_shard_fd(const dsv4_checkpoint *c, uint32_t shard);
  * loop; a short file is an error naming the shard and tensor). */
 int dsv4_checkpoint_read(const dsv4_checkpoint *c, const struct dsv4_tensor *t,
                          uint64_t offset, void *buf, uint64_t n, struct dsv4_err *err);
+/* Ask the kernel to drop tensor `t`'s payload from the page cache (advice only): a reader
+ * that keeps its own bounded copy (the in-process expert cache) so does not also hold a
+ * shadow copy outside its budget. */
+void dsv4_checkpoint_forget(const dsv4_checkpoint *c, const struct dsv4_tensor *t);
 
 /* Parse and validate one safetensors header (the JSON text after the 8-byte
  * length) against a file of `file_size` bytes whose header is `header_len`

@@ -2,7 +2,8 @@
 /*
  * In-process routed-expert provider: experts are read from the checkpoint
  * with pread (one allocation per expert holding w1, w3, w2 and their
- * scales) into an LRU cache bounded by a byte budget. Leased entries are
+ * scales) into an LRU cache bounded by a byte budget, and dropped from the page
+ * cache after the read, so the budget bounds the memory. Leased entries are
  * pinned; only unleased ones are evicted, least recently released first.
  * The expert-fetcher daemon will provide the same interface over shared
  * memory.
@@ -171,6 +172,9 @@ static int load_entry(dsv4_expert_cache *c, int key, struct entry **ret, struct 
             free(e);
             return rc;
         }
+        /* The budget bounds this cache's memory: no second copy in the page cache (the
+         * fetcher daemon reads O_DIRECT for the same reason). */
+        dsv4_checkpoint_forget(c->ckpt, s->t[i]);
     }
     struct dsv4_fp4_weight *parts[3] = { &e->w.w1, &e->w.w3, &e->w.w2 };
     for (int p = 0; p < 3; p++) {
