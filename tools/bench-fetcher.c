@@ -7,8 +7,9 @@
  * reduced to one layer of N routed experts and one safetensors file holding
  * their six tensors each at the real Flash sizes (13,369,344 bytes per
  * expert, random bytes, tensors not 4 KiB aligned as in the official
- * shards). Then, per run, four passes back to back:
- *   fio, fetcher (one expert per acquire), fio, fetcher (6 per acquire)
+ * shards). Then, per run, six passes back to back:
+ *   fio, fetcher (one expert per acquire), fio, fetcher (6 per acquire), fio, fetcher
+ *   (one per acquire, the next queue-depth experts hinted ahead, as router lookahead does)
  * and one last fio pass after the final run. A fetcher pass is a fresh fetcher
  * (cold cache) serving every expert once in random order; with several
  * --chunk-kib values each run repeats its four passes for each, so settings
@@ -280,10 +281,13 @@ static void stop(struct runner *r)
     rmdir(r->run_dir);
 }
 
-/* Every expert once, random order, `batch` per acquire; returns seconds. *load_ms: the
- * fetcher's mean time from a load's start to READY; *reads: the most reads it had in flight. */
-static double fetch_all(struct runner *r, int n_experts, int batch, unsigned seed,
-                        double *load_ms, uint32_t *reads)
+/* Every expert once, random order, `batch` per acquire; with `ahead` > 0 (batch 1), the
+ * client also keeps the next `ahead` experts of the order hinted (prefetch), as the engine's
+ * router lookahead does, so the fetcher has its queue depth of loads to work on. Returns
+ * seconds. *load_ms: the fetcher's mean time from a load's start to READY; *reads: the most
+ * reads it had in flight; *hints_used: hinted loads later leased ÷ hints issued. */
+static double fetch_all(struct runner *r, int n_experts, int batch, int ahead, unsigned seed,
+                        double *load_ms, uint32_t *reads, double *hints_used)
 {
     int *order = dsv4_xmalloc((size_t)n_experts * sizeof(int));
     for (int i = 0; i < n_experts; i++)
@@ -296,6 +300,8 @@ static double fetch_all(struct runner *r, int n_experts, int batch, unsigned see
     const struct dsv4_fetcher_expert *v[8];
     struct dsv4_err err;
     uint64_t t0 = dsv4_now_ns();
+    if (ahead > 0)
+        dsv4_fetcher_client_prefetch(r->c, 0, order, DSV4_MIN(ahead, n_experts));
     for (int i = 0; i < n_experts; i += batch) {
         int n = DSV4_MIN(batch, n_experts - i);
         if (dsv4_fetcher_client_acquire(r->c, 0, order + i, n, v, &err) < 0) {
@@ -303,12 +309,18 @@ static double fetch_all(struct runner *r, int n_experts, int batch, unsigned see
             exit(1);
         }
         dsv4_fetcher_client_release(r->c, 0, order + i, n);
+        if (ahead > 0 && i + ahead < n_experts) /* after the release: its slot is free */
+            dsv4_fetcher_client_prefetch(r->c, 0, order + i + ahead, 1);
     }
     double s = (double)(dsv4_now_ns() - t0) / 1e9;
     struct dsv4_expert_shm *sh = dsv4_fetcher_shm(r->f); /* a fresh fetcher: counters from 0 */
     *load_ms = (double)atomic_load_explicit(&sh->stats.lat_sum_us, memory_order_relaxed) /
                n_experts / 1000.0;
     *reads = dsv4_fetcher_reads_in_flight_max(r->f);
+    uint64_t issued = atomic_load_explicit(&sh->stats.prefetch_issued, memory_order_relaxed);
+    *hints_used = issued ? (double)atomic_load_explicit(&sh->stats.prefetch_used,
+                                                        memory_order_relaxed) / (double)issued
+                         : 0;
     free(order);
     return s;
 }
@@ -408,60 +420,69 @@ int main(int argc, char **argv)
     printf(" KiB\n");
     printf("fio: %llu-byte random O_DIRECT reads (one expert), iodepth %u, io_uring, fixedbufs\n",
            (unsigned long long)((per + 4095) / 4096 * 4096), fio_qd);
-    /* Passes: per run and chunk size, fio, fetcher 1/acq, fio, fetcher 6/acq; one fio last.
-     * fio[k] is the pass just before fetch pass k, fio[k + 1] the one just after. */
-    int n_pass = 2 * runs * n_chunk;
+    /* Passes: per run and chunk size, fio, fetcher 1/acq, fio, fetcher 6/acq, fio, fetcher
+     * pipelined (1/acq, the next `qd` hinted); one fio last. fio[k] is the pass just before
+     * fetch pass k, fio[k + 1] the one just after. The pipelined pass gets slots for its
+     * hints and the lease on top of --slots, so a hint never evicts a hint not yet used. */
+    enum { N_MODE = 3 };
+    static const char *const mode_name[N_MODE] = { "1", "6", "1 + hints" };
+    const int ahead = (int)qd;
+    int n_pass = N_MODE * runs * n_chunk;
     double *fio = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
     double *fio_cpu = dsv4_xcalloc((size_t)n_pass + 1, sizeof(double));
     double *gbs = dsv4_xcalloc((size_t)n_pass, sizeof(double));
     double *cpu = dsv4_xcalloc((size_t)n_pass, sizeof(double));
     double *load_ms = dsv4_xcalloc((size_t)n_pass, sizeof(double));
+    double *hints = dsv4_xcalloc((size_t)n_pass, sizeof(double));
     uint32_t *reads = dsv4_xcalloc((size_t)n_pass, sizeof(uint32_t));
     for (int k = 0; k < n_pass; k++) {
-        int batch = k % 2 ? 6 : 1;
+        int mode = k % N_MODE, batch = mode == 1 ? 6 : 1, pipe = mode == 2 ? ahead : 0;
         struct runner rr;
-        start(&rr, dir, slots, qd, chunks[k / 2 % n_chunk]); /* before fio: nothing between */
-        if (k < 2 * n_chunk && k % 2 == 0)
+        start(&rr, dir, pipe ? slots + (uint32_t)pipe + 2 : slots, qd,
+              chunks[k / N_MODE % n_chunk]); /* before fio: nothing between */
+        if (k < N_MODE * n_chunk && mode == 0)
             printf("fetcher: %s\n", dsv4_fetcher_describe(rr.f));
         fio[k] = fio_read(dir, size, per, fio_qd, &fio_cpu[k]);
         double c0 = cpu_seconds();
-        double t = fetch_all(&rr, n_experts, batch, 11u + (unsigned)k, &load_ms[k], &reads[k]);
+        double t = fetch_all(&rr, n_experts, batch, pipe, 11u + (unsigned)k, &load_ms[k],
+                             &reads[k], &hints[k]);
         cpu[k] = cpu_seconds() - c0;
         stop(&rr);
         gbs[k] = (double)n_experts * (double)per / 1e9 / t;
     }
     fio[n_pass] = fio_read(dir, size, per, fio_qd, &fio_cpu[n_pass]);
     printf("\n| run | chunk KiB | per acquire | fio before GB/s | fetcher GB/s | fio after GB/s | "
-           "fetcher ÷ fio | load ms | reads in flight | CPU s per GB: fio / fetcher |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
-    /* ratio[(chunk * 2 + mode) * runs + run] */
+           "fetcher ÷ fio | load ms | reads in flight | hints used | CPU s per GB: fio / "
+           "fetcher |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+    /* ratio[(chunk * N_MODE + mode) * runs + run] */
     double *ratio = dsv4_xcalloc((size_t)n_pass, sizeof(double));
     double gb = (double)n_experts * (double)per / 1e9, minfio = fio[0], maxfio = fio[0];
     for (int k = 0; k < n_pass; k++) {
-        int mode = k % 2, c = k / 2 % n_chunk, run = k / (2 * n_chunk);
+        int mode = k % N_MODE, c = k / N_MODE % n_chunk, run = k / (N_MODE * n_chunk);
         double mean = (fio[k] + fio[k + 1]) / 2;
         double r = fio[k] > 0 && fio[k + 1] > 0 ? gbs[k] / mean : 0;
-        ratio[(c * 2 + mode) * runs + run] = r;
-        printf("| %d | %u | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %u | %.2f / %.2f |\n", run,
-               chunks[c] >> 10, mode ? 6 : 1, fio[k], gbs[k], fio[k + 1], r, load_ms[k], reads[k],
-               fio_cpu[k] / gb, cpu[k] / gb);
+        ratio[(c * N_MODE + mode) * runs + run] = r;
+        printf("| %d | %u | %s | %.2f | %.2f | %.2f | %.2f | %.1f | %u | %.2f | %.2f / %.2f |\n",
+               run, chunks[c] >> 10, mode_name[mode], fio[k], gbs[k], fio[k + 1], r,
+               load_ms[k], reads[k], hints[k], fio_cpu[k] / gb, cpu[k] / gb);
     }
     for (int k = 0; k <= n_pass; k++)
         minfio = DSV4_MIN(minfio, fio[k]), maxfio = DSV4_MAX(maxfio, fio[k]);
     printf("\nfetcher ÷ fio, each fetcher pass over the mean of the fio passes around it (goal >= "
            "0.9); fio %.2f-%.2f GB/s\n", minfio, maxfio);
     for (int c = 0; c < n_chunk; c++) {
-        double med[2], lo[2], hi[2];
-        for (int mode = 0; mode < 2; mode++) {
-            double *v = ratio + (c * 2 + mode) * runs;
+        double med[N_MODE], lo[N_MODE], hi[N_MODE];
+        for (int mode = 0; mode < N_MODE; mode++) {
+            double *v = ratio + (c * N_MODE + mode) * runs;
             qsort(v, (size_t)runs, sizeof(double), cmp_double);
             med[mode] = runs % 2 ? v[runs / 2] : (v[runs / 2 - 1] + v[runs / 2]) / 2;
             lo[mode] = v[0];
             hi[mode] = v[runs - 1];
         }
         printf("chunk %u KiB: median %.2f one expert per acquire (%.2f-%.2f), %.2f six per "
-               "acquire (%.2f-%.2f)\n", chunks[c] >> 10, med[0], lo[0], hi[0], med[1], lo[1],
-               hi[1]);
+               "acquire (%.2f-%.2f), %.2f one per acquire with the next %d hinted (%.2f-%.2f)\n",
+               chunks[c] >> 10, med[0], lo[0], hi[0], med[1], lo[1], hi[1], med[2], ahead,
+               lo[2], hi[2]);
     }
     free(ratio);
     free(fio);
@@ -470,6 +491,7 @@ int main(int argc, char **argv)
     free(cpu);
     free(load_ms);
     free(reads);
+    free(hints);
 
     /* Cache hit: lease + release of a cached expert, no fetcher involvement. */
     struct runner rr;
