@@ -75,6 +75,8 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 #define TILE_BUF_FROM_FP8 (NXC + 1)
 #define TILE_NT 4
 
+/* FP8 passes of 16 activation rows (32 measured 0-7 % slower on the direct path) */
+#define TILE_NXC 16
 #include "matvec-tile.h"
 #include "matvec-fp4.h"
 #include "dot-simd.h"

@@ -75,6 +75,8 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define TILE_BUF_FROM_FP8 5
 #define TILE_NT 2
 
+/* FP8 passes of 32 activation rows: nx = 64 calls 1.2× faster than 16 (2026-12-04) */
+#define TILE_NXC 32
 #include "matvec-tile.h"
 #define FP4_ZMM 1
 #include "matvec-fp4.h"

@@ -39,6 +39,7 @@
  *   TILE_R, TILE_NX    weight × activation rows of a buffered register tile
  *   TILE_NXD           activation rows of a direct-path register tile (<= 4)
  *   TILE_BUF_FROM, TILE_BUF_FROM_FP8  activation rows from which the buffered path runs
+ *   TILE_NXC           activation rows per FP8 pass (the weights are decoded once per pass)
  *   PREFETCH_T1(p)
  */
 #ifndef VL
@@ -48,10 +49,17 @@
 #define NH (16 / VL)
 _Static_assert(TILE_NXD >= 1 && TILE_NXD <= 4, "row_tile groups are 1..4 rows");
 /* activation rows per pass: their accumulators (R × NXC × 64 bytes) and a chunk of
- * their x stay in L1; beyond that the weights are decoded once per pass */
-#define NXC 16
-/* columns per chunk for BF16 (FP8 uses its scale block) */
+ * their x stay in L1; beyond that the weights are decoded once per pass. FP8 passes take
+ * NXC = TILE_NXC rows (AVX-512: 32; a block of 128 columns of 32 rows is 16 KiB of x, and
+ * decoding a weight block once for 32 rows instead of 16 made nx = 64 calls 1.2× faster),
+ * BF16 passes at most NXC_BF16 (its chunks are KC columns: 32 rows would be 32 KiB of x).
+ * NXC is also the accumulators' row stride. */
+#define NXC TILE_NXC
+#define NXC_BF16 (NXC < 16 ? NXC : 16)
+/* columns per chunk for BF16 (FP8 uses its scale block, packed KC8 floats apart: blocks
+ * of more columns are decoded in place) */
 #define KC 256
+#define KC8 128
 #define RMAX 8
 /* rows of a block: NT tiles of R rows share the chunk of x in L1 */
 #define RBMAX 16
@@ -132,7 +140,8 @@ INLINE void mac_tile(const int SRC, const int MODE, const int R, const int NX,
 
 /*
  * mac_tile from the buffer: R decoded weight rows at wb + r·KC and NX packed
- * activation rows at xb + n·KC (both strides compile-time constants, so every load
+ * activation rows at xb + n·XS (XS = KC, or KC8 for FP8 blocks; both strides
+ * compile-time constants, so every load
  * is a base plus a fixed offset and no pointer per row ties up a register), columns
  * [0, len). MODE_BLK(0): the block scale bytes in e[r].
  */
@@ -154,13 +163,14 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
                 a[r][n] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL) : vf_zero();
         /* len ≥ 16: a loop that may run zero times made GCC keep the accumulators in a
          * stack array (zeroed, stored after the loop, reloaded by the epilogue) */
+        const int XS = MODE == MODE_ACC ? KC : KC8;
         uint32_t t = h * VL;
         do {
             vf wv[RMAX];
             for (int r = 0; r < R; r++)
                 wv[r] = vf_load(wb + r * KC + t);
             for (int n = 0; n < NX; n++) {
-                vf xv = vf_load(xb + n * KC + t);
+                vf xv = vf_load(xb + n * XS + t);
                 __asm__("" : "+v"(xv)); /* one load per x vector, reused by the R rows */
                 for (int r = 0; r < R; r++)
                     a[r][n] = vf_fma(wv[r], xv, a[r][n]);
@@ -348,31 +358,34 @@ INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow 
         }
         e[r] = raw[r].e;
     }
-    for (size_t n = 0; n < nc; n += TILE_NX) {
-        const int k = nc - n < TILE_NX ? (int)(nc - n) : TILE_NX;
-        mac_buf_any(MODE, R, k, buf, x + n * KC, len, e, acc + n * 16);
+    /* tiles of as equal sizes as TILE_NX allows (16 rows: 6, 5, 5, not 6, 6, 4) */
+    const size_t XS = MODE == MODE_ACC ? KC : KC8, nt = (nc + TILE_NX - 1) / TILE_NX;
+    for (size_t i = 0, n = 0; i < nt; i++) {
+        const int k = (int)(nc / nt + (i < nc % nt));
+        mac_buf_any(MODE, R, k, buf, x + n * XS, len, e, acc + n * 16);
+        n += (size_t)k;
     }
 }
 
 /*
- * The nc activation rows of a pass packed once per call, chunk by chunk of C <= KC
- * columns: chunk j holds row n at (j·nc + n)·KC, so a chunk's rows lie KC floats apart
+ * The nc activation rows of a pass packed once per call, chunk by chunk of C <= S
+ * columns: chunk j holds row n at (j·nc + n)·S, so a chunk's rows lie S floats apart
  * (a compile-time stride: a run-time one measured 1.5× slower in the tiles) (rows of x
  * lie a multiple of 4 KiB apart: they would share a few L1 sets, and copying a chunk per
  * tile, as before, stalled on 4 KiB aliasing between its loads and stores). NULL when
  * there is no memory (the caller then runs the definition).
  */
-static float *x_pack(const float *x, size_t cols, size_t nc, uint32_t C)
+static float *x_pack(const float *x, size_t cols, size_t nc, uint32_t C, uint32_t S)
 {
     const size_t nch = (cols + C - 1) / C;
-    float *p = aligned_alloc(64, nch * nc * KC * sizeof(float));
+    float *p = aligned_alloc(64, nch * nc * S * sizeof(float));
     if (!p)
         return NULL;
     for (size_t j = 0; j < nch; j++) {
         const uint32_t k0 = (uint32_t)j * C, m = cols - k0 < C ? (uint32_t)(cols - k0) : C;
         for (size_t n = 0; n < nc; n++)
             for (uint32_t t = 0; t < m; t += VL)
-                vf_store(p + (j * nc + n) * KC + t, vf_load(x + n * cols + k0 + t));
+                vf_store(p + (j * nc + n) * S + t, vf_load(x + n * cols + k0 + t));
     }
     return p;
 }
@@ -423,7 +436,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
     }
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint32_t k0 = kb * B, m = cols - k0 < B ? cols - k0 : B;
-        const float *xk = xp ? xp + (size_t)kb * nc * KC : x + k0;
+        const float *xk = xp ? xp + (size_t)kb * nc * KC8 : x + k0;
         for (int tl = 0; tl < NT; tl++) {
             struct wrow raw[RMAX];
             for (int r = 0; r < R; r++) {
@@ -471,7 +484,7 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
                 fp8_rows(TILE_RG, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
         } else {
             /* blocks larger than the buffer (or no memory) are decoded in place */
-            float *xp = w->block <= KC ? x_pack(xc, w->cols, nc, w->block) : NULL;
+            float *xp = w->block <= KC8 ? x_pack(xc, w->cols, nc, w->block, KC8) : NULL;
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
                 fp8_rows(TILE_R, TILE_NT, w, xc, xp, nc, yc, ldy, i, CHECK);
             for (; i + TILE_R <= row_end; i += TILE_R)
@@ -524,8 +537,8 @@ INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t
                         size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
     const size_t rb = (size_t)w->cols * 2;
-    for (size_t n0 = 0; n0 < nx; n0 += NXC) {
-        const size_t nc = nx - n0 < NXC ? nx - n0 : NXC;
+    for (size_t n0 = 0; n0 < nx; n0 += NXC_BF16) {
+        const size_t nc = nx - n0 < NXC_BF16 ? nx - n0 : NXC_BF16;
         const float *xc = x + n0 * w->cols;
         float *yc = y + n0 * ldy;
         uint32_t i = row_begin;
@@ -536,7 +549,7 @@ INLINE void bf16_matvec(const struct dsv4_bf16_weight *w, const float *x, size_t
             for (; i + TILE_RG <= row_end; i += TILE_RG)
                 lane_rows(SRC_BF16, TILE_RG, 1, w->w, rb, w->cols, xc, NULL, nc, yc, ldy, i);
         } else {
-            float *xp = x_pack(xc, w->cols, nc, KC);
+            float *xp = x_pack(xc, w->cols, nc, KC, KC);
             if (!xp) { /* no memory: the definition */
                 dsv4_kernel_ops_scalar.matvec_bf16(w, xc, nc, yc, ldy, row_begin, row_end);
                 continue;

@@ -194,7 +194,7 @@ static void check_oracle(const struct case_ *c, const float *x, const float *y)
  * scalar, batched vs single rows (nx across the twins' register tiles, their
  * buffered path and their 32-row passes; sub-ranges).
  */
-static const size_t nx_list[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 16, 33};
+static const size_t nx_list[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 16, 32, 33, 37, 64};
 static const struct dsv4_kernel_ops *under_test;
 /* FP4 cases: the extra activation rows FP8-QDQ'd as in the engine (the twins' integer
  * path), all but every fifth (the definition's path, in the same batch) */
@@ -203,7 +203,7 @@ static int extra_rows_qdq;
 static void run_case(const struct case_ *c, const float *x1, int check_oracle_too)
 {
     const uint32_t rows = c->rows, cols = c->cols;
-    const size_t NXMAX = 33;
+    const size_t NXMAX = 64;
     float *x = malloc(NXMAX * cols * sizeof(float));
     for (size_t n = 0; n < NXMAX; n++)
         for (uint32_t k = 0; k < cols; k++)
