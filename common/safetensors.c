@@ -992,9 +992,13 @@ int dsv4_checkpoint_shard_fd(const dsv4_checkpoint *c, uint32_t shard)
 
 void dsv4_checkpoint_forget(const dsv4_checkpoint *c, const struct dsv4_tensor *t)
 {
-    if (t->shard < c->n_shards)
-        (void)posix_fadvise(c->shards[t->shard].fd, (off_t)t->offset, (off_t)t->nbytes,
-                            POSIX_FADV_DONTNEED);
+    if (t->shard >= c->n_shards)
+        return;
+    /* no readahead from here on either: it would cache the neighbouring tensors (other
+     * experts) and leave them behind (measured: 40 % of the experts' bytes stayed) */
+    int fd = c->shards[t->shard].fd;
+    (void)posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+    (void)posix_fadvise(fd, (off_t)t->offset, (off_t)t->nbytes, POSIX_FADV_DONTNEED);
 }
 
 int dsv4_checkpoint_read(const dsv4_checkpoint *c, const struct dsv4_tensor *t,
