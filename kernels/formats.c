@@ -82,25 +82,6 @@ uint8_t dsv4_f32_to_e2m1(float x)
     return sign | c;
 }
 
-uint16_t dsv4_f32_to_bf16(float x)
-{
-    uint32_t u = dsv4_bits_from_f32(x);
-    if (isnan(x))
-        return (uint16_t)((u >> 16) | 0x0040u); /* quiet, sign and payload top kept */
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float dsv4_bf16_to_f32(uint16_t h)
-{
-    return dsv4_f32_from_bits((uint32_t)h << 16);
-}
-
-float dsv4_bf16_round(float x)
-{
-    return dsv4_bf16_to_f32(dsv4_f32_to_bf16(x));
-}
-
 void dsv4_bf16_round_vec(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
