@@ -100,10 +100,12 @@ uint64_t dsv4_dspark_session_bytes(const struct dsv4_config *c, int chunk, int n
                                       2 * g * dim + g * V + V +
                                       dim + (uint64_t)c->dspark_markov_rank) +
                        g * sizeof(int32_t);
-    const uint64_t gamma = g, rows = DSV4_MAX(DSV4_MAX(gamma + 1, (uint64_t)DSV4_SPEC_FEED_ROWS),
-                                              DSV4_MAX(W, (uint64_t)(chunk > 0 ? chunk
-                                                                            : DSV4_DEFAULT_CHUNK)));
-    uint64_t spec = f * ((gamma + 1) * V + rows * taps * dim +
+    /* speculate.c: γ + 1 verify logits rows; taps of a step (the largest of a verify, a
+     * feeding piece, the window and a target step); the tap ring */
+    const uint64_t step = (uint64_t)(chunk > 0 ? chunk : DSV4_DEFAULT_CHUNK);
+    const uint64_t rows =
+        DSV4_MAX(DSV4_MAX(g + 1, (uint64_t)DSV4_SPEC_FEED_ROWS), DSV4_MAX(W, step));
+    uint64_t spec = f * ((g + 1) * V + rows * taps * dim +
                          (W + DSV4_SPEC_TAP_SLACK) * taps * dim);
     return drafter + spec;
 }

@@ -120,35 +120,41 @@ static volatile float fma_seed[3] = { 0.5f, 0.999f, 0.0005f };
 #if defined(__x86_64__)
 #define FMA4(f, i, j, k, l) a##i = f(a##i, b, c), a##j = f(a##j, b, c), a##k = f(a##k, b, c), \
                             a##l = f(a##l, b, c)
+/* one operand of every FMA loaded from L1 */
+#define FMA4M(f, L, i, j, k, l)                                                                    \
+    a##i = f(a##i, L(p + i * VW), c), a##j = f(a##j, L(p + j * VW), c),                            \
+    a##k = f(a##k, L(p + k * VW), c), a##l = f(a##l, L(p + l * VW), c)
+/* chains a0.. from s, s + 1, ...; their sum, in a fixed tree */
+#define CHAINS12(T, SET1)                                                                          \
+    T a0 = SET1(s), a1 = SET1(s + 1), a2 = SET1(s + 2), a3 = SET1(s + 3), a4 = SET1(s + 4),        \
+      a5 = SET1(s + 5), a6 = SET1(s + 6), a7 = SET1(s + 7), a8 = SET1(s + 8), a9 = SET1(s + 9),    \
+      a10 = SET1(s + 10), a11 = SET1(s + 11)
+#define CHAINS16(T, SET1)                                                                          \
+    CHAINS12(T, SET1), a12 = SET1(s + 12), a13 = SET1(s + 13), a14 = SET1(s + 14),               \
+                       a15 = SET1(s + 15)
+#define SUM8(ADD, x0, x1, x2, x3, x4, x5, x6, x7)                                                  \
+    ADD(ADD(ADD(x0, x1), ADD(x2, x3)), ADD(ADD(x4, x5), ADD(x6, x7)))
+#define SUM12(ADD) ADD(SUM8(ADD, a0, a1, a2, a3, a4, a5, a6, a7), ADD(ADD(a8, a9), ADD(a10, a11)))
+#define SUM16(ADD) \
+    ADD(SUM8(ADD, a0, a1, a2, a3, a4, a5, a6, a7), SUM8(ADD, a8, a9, a10, a11, a12, a13, a14, a15))
 
 __attribute__((target("avx2,fma"))) static float fma_avx2(long steps)
 {
     const float s = fma_seed[0];
-    __m256 a0 = _mm256_set1_ps(s), a1 = _mm256_set1_ps(s + 1), a2 = _mm256_set1_ps(s + 2),
-           a3 = _mm256_set1_ps(s + 3), a4 = _mm256_set1_ps(s + 4), a5 = _mm256_set1_ps(s + 5),
-           a6 = _mm256_set1_ps(s + 6), a7 = _mm256_set1_ps(s + 7), a8 = _mm256_set1_ps(s + 8),
-           a9 = _mm256_set1_ps(s + 9), a10 = _mm256_set1_ps(s + 10), a11 = _mm256_set1_ps(s + 11);
+    CHAINS12(__m256, _mm256_set1_ps);
     const __m256 b = _mm256_set1_ps(fma_seed[1]), c = _mm256_set1_ps(fma_seed[2]);
     for (long i = 0; i < steps; i++) {
         FMA4(_mm256_fmadd_ps, 0, 1, 2, 3);
         FMA4(_mm256_fmadd_ps, 4, 5, 6, 7);
         FMA4(_mm256_fmadd_ps, 8, 9, 10, 11);
     }
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    return _mm256_cvtss_f32(a0);
+    return _mm256_cvtss_f32(SUM12(_mm256_add_ps));
 }
 
 __attribute__((target("avx512f"))) static float fma_avx512(long steps)
 {
     const float s = fma_seed[0];
-    __m512 a0 = _mm512_set1_ps(s), a1 = _mm512_set1_ps(s + 1), a2 = _mm512_set1_ps(s + 2),
-           a3 = _mm512_set1_ps(s + 3), a4 = _mm512_set1_ps(s + 4), a5 = _mm512_set1_ps(s + 5),
-           a6 = _mm512_set1_ps(s + 6), a7 = _mm512_set1_ps(s + 7), a8 = _mm512_set1_ps(s + 8),
-           a9 = _mm512_set1_ps(s + 9), a10 = _mm512_set1_ps(s + 10), a11 = _mm512_set1_ps(s + 11),
-           a12 = _mm512_set1_ps(s + 12), a13 = _mm512_set1_ps(s + 13),
-           a14 = _mm512_set1_ps(s + 14), a15 = _mm512_set1_ps(s + 15);
+    CHAINS16(__m512, _mm512_set1_ps);
     const __m512 b = _mm512_set1_ps(fma_seed[1]), c = _mm512_set1_ps(fma_seed[2]);
     for (long i = 0; i < steps; i++) {
         FMA4(_mm512_fmadd_ps, 0, 1, 2, 3);
@@ -156,29 +162,18 @@ __attribute__((target("avx512f"))) static float fma_avx512(long steps)
         FMA4(_mm512_fmadd_ps, 8, 9, 10, 11);
         FMA4(_mm512_fmadd_ps, 12, 13, 14, 15);
     }
-    a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                       _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    a8 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
-                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15)));
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a8));
+    return _mm512_reduce_add_ps(SUM16(_mm512_add_ps));
 }
 
 /* the same chains with one operand of every FMA loaded from L1 (a buffer filled at run time,
  * so its loads cannot be folded): the bound of a kernel that loads a vector per FMA */
 static float fma_l1_buf[8 * 16 * 16] __attribute__((aligned(64)));
 
-#define FMA4M(f, L, i, j, k, l)                                                                    \
-    a##i = f(a##i, L(p + i * VW), c), a##j = f(a##j, L(p + j * VW), c),                            \
-    a##k = f(a##k, L(p + k * VW), c), a##l = f(a##l, L(p + l * VW), c)
-
 __attribute__((target("avx2,fma"))) static float fma_l1_avx2(long steps)
 {
     enum { VW = 8 };
     const float s = fma_seed[0];
-    __m256 a0 = _mm256_set1_ps(s), a1 = _mm256_set1_ps(s + 1), a2 = _mm256_set1_ps(s + 2),
-           a3 = _mm256_set1_ps(s + 3), a4 = _mm256_set1_ps(s + 4), a5 = _mm256_set1_ps(s + 5),
-           a6 = _mm256_set1_ps(s + 6), a7 = _mm256_set1_ps(s + 7), a8 = _mm256_set1_ps(s + 8),
-           a9 = _mm256_set1_ps(s + 9), a10 = _mm256_set1_ps(s + 10), a11 = _mm256_set1_ps(s + 11);
+    CHAINS12(__m256, _mm256_set1_ps);
     const __m256 c = _mm256_set1_ps(fma_seed[2]);
     for (long i = 0; i < steps; i++) {
         const float *p = fma_l1_buf + (i & 7) * 12 * VW;
@@ -186,22 +181,14 @@ __attribute__((target("avx2,fma"))) static float fma_l1_avx2(long steps)
         FMA4M(_mm256_fmadd_ps, _mm256_load_ps, 4, 5, 6, 7);
         FMA4M(_mm256_fmadd_ps, _mm256_load_ps, 8, 9, 10, 11);
     }
-    a0 = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                       _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    a0 = _mm256_add_ps(a0, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    return _mm256_cvtss_f32(a0);
+    return _mm256_cvtss_f32(SUM12(_mm256_add_ps));
 }
 
 __attribute__((target("avx512f"))) static float fma_l1_avx512(long steps)
 {
     enum { VW = 16 };
     const float s = fma_seed[0];
-    __m512 a0 = _mm512_set1_ps(s), a1 = _mm512_set1_ps(s + 1), a2 = _mm512_set1_ps(s + 2),
-           a3 = _mm512_set1_ps(s + 3), a4 = _mm512_set1_ps(s + 4), a5 = _mm512_set1_ps(s + 5),
-           a6 = _mm512_set1_ps(s + 6), a7 = _mm512_set1_ps(s + 7), a8 = _mm512_set1_ps(s + 8),
-           a9 = _mm512_set1_ps(s + 9), a10 = _mm512_set1_ps(s + 10), a11 = _mm512_set1_ps(s + 11),
-           a12 = _mm512_set1_ps(s + 12), a13 = _mm512_set1_ps(s + 13),
-           a14 = _mm512_set1_ps(s + 14), a15 = _mm512_set1_ps(s + 15);
+    CHAINS16(__m512, _mm512_set1_ps);
     const __m512 c = _mm512_set1_ps(fma_seed[2]);
     for (long i = 0; i < steps; i++) {
         const float *p = fma_l1_buf + (i & 7) * 16 * VW;
@@ -210,11 +197,7 @@ __attribute__((target("avx512f"))) static float fma_l1_avx512(long steps)
         FMA4M(_mm512_fmadd_ps, _mm512_load_ps, 8, 9, 10, 11);
         FMA4M(_mm512_fmadd_ps, _mm512_load_ps, 12, 13, 14, 15);
     }
-    a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                       _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
-    a8 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)),
-                       _mm512_add_ps(_mm512_add_ps(a12, a13), _mm512_add_ps(a14, a15)));
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a8));
+    return _mm512_reduce_add_ps(SUM16(_mm512_add_ps));
 }
 #endif
 

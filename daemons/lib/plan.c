@@ -231,12 +231,13 @@ void dsv4_plan_print(FILE *f, const struct dsv4_plan *p)
     row(f, "drafter", p->drafter, p->drafter ? "MTP/DSpark stages" : "none in this model");
     if (p->drafter_cache)
         row(f, "drafter experts", p->drafter_cache, "compute's LRU: one drafted block per stage");
-    snprintf(note, sizeof(note),
-             "%d × (%.1f MiB state at %lld positions + %.1f MiB DSpark) + %.1f MiB step scratch "
-             "(%d-row steps)",
-             p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
-             p->session_dspark / (double)MIB, p->session_scratch / (double)MIB, p->o.chunk);
-    if (!p->session_dspark)
+    if (p->session_dspark)
+        snprintf(note, sizeof(note),
+                 "%d × (%.1f MiB state at %lld positions + %.1f MiB DSpark) + %.1f MiB step "
+                 "scratch (%d-row steps)",
+                 p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
+                 p->session_dspark / (double)MIB, p->session_scratch / (double)MIB, p->o.chunk);
+    else
         snprintf(note, sizeof(note),
                  "%d × %.1f MiB state at %lld positions + %.1f MiB step scratch (%d-row steps)",
                  p->o.sessions, p->session_state / (double)MIB, (long long)p->o.max_ctx,
