@@ -270,7 +270,7 @@ static int read_int_array(const struct src *s, const char *name, int *out, int m
         if (n >= max)
             return dsv4_errf(err, -ERANGE, "%s: %s: more than %d entries", s->file, name, max);
         snprintf(what, sizeof(what), "%s[%d]", name, n);
-        int64_t x;
+        int64_t x = 0;
         r = get_int(s, what, it, lo, hi, &x, err);
         if (r < 0)
             return r;

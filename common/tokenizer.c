@@ -474,7 +474,7 @@ static int load_model(dsv4_tokenizer *t, const cJSON *model, const char *name,
         return dsv4_errf(err, -EINVAL, "%s: model.type: '%s' unsupported (only BPE)", name,
                          type_of(model));
     int rc;
-    bool fallback;
+    bool fallback = false;
     if ((rc = opt_bool(model, "byte_fallback", false, &fallback, name, "model", err)) ||
         (rc = opt_bool(model, "ignore_merges", false, &t->ignore_merges, name, "model", err)))
         return rc;
@@ -670,7 +670,7 @@ static int load_step(dsv4_tokenizer *t, const cJSON *p, const char *where, const
             return rc;
         s->kind = STEP_SPLIT;
     } else if (is_type(p, "ByteLevel")) {
-        bool use_regex;
+        bool use_regex = true;
         if ((rc = opt_bool(p, "add_prefix_space", false, &s->prefix_space, name, where, err)) ||
             (rc = opt_bool(p, "use_regex", true, &use_regex, name, where, err)))
             return rc;

@@ -86,7 +86,7 @@ static int load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t 
                     struct dsv4_fp8_weight *w, struct dsv4_err *err)
 {
     char name[256];
-    const struct dsv4_tensor *t;
+    const struct dsv4_tensor *t = NULL;
     uint32_t b = (uint32_t)e->cfg.weight_block;
     void *p;
     int rc;
@@ -113,7 +113,7 @@ static int load_fp8(dsv4_engine *e, const char *prefix, uint32_t rows, uint32_t 
 static int load_bf16(dsv4_engine *e, const char *name, uint32_t rows, uint32_t cols,
                      struct dsv4_bf16_weight *w, struct dsv4_err *err)
 {
-    const struct dsv4_tensor *t;
+    const struct dsv4_tensor *t = NULL;
     void *p;
     int rc;
     if ((rc = find(e, name, DSV4_DTYPE_BF16, 2, rows, cols, &t, err)) < 0 ||
@@ -209,7 +209,7 @@ static int load_block(dsv4_engine *e, const char *p, enum dsv4_attn_kind kind, i
         return rc;
     int K = c->n_activated_experts;
     if (lw->hashed) {
-        const struct dsv4_tensor *t;
+        const struct dsv4_tensor *t = NULL;
         void *raw;
         snprintf(n, sizeof(n), "%s.ffn.gate.tid2eid", p);
         if ((rc = find(e, n, DSV4_DTYPE_I64, 2, (uint64_t)c->vocab_size, (uint64_t)K, &t,
@@ -351,7 +351,7 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
     if ((rc = dsv4_config_load(model_dir, c, err)) < 0 || (rc = check_config(c, err)) < 0 ||
         (rc = dsv4_checkpoint_open(model_dir, &e->ckpt, err)) < 0)
         goto fail;
-    const struct dsv4_tensor *t;
+    const struct dsv4_tensor *t = NULL;
     void *p;
     uint32_t d = (uint32_t)c->dim;
     if ((rc = find(e, "embed.weight", DSV4_DTYPE_BF16, 2, (uint64_t)c->vocab_size, d, &t, err)) <

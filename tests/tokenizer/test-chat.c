@@ -36,7 +36,7 @@ struct msg3 {
 
 static void expect(const struct msg3 *m, size_t n, struct dsv4_chat_opts o, const char *want)
 {
-    struct dsv4_chat_msg msgs[8];
+    struct dsv4_chat_msg msgs[8] = { { 0 } };
     for (size_t i = 0; i < n; i++)
         msgs[i] = (struct dsv4_chat_msg){ .role = m[i].role, .content = m[i].content,
                                           .reasoning = m[i].reasoning };

@@ -349,8 +349,10 @@ static void spec_continue(struct specrun *r, int64_t P, int32_t *ids, int32_t *d
     while (n < 24) {
         int32_t out[72];
         int k = dsv4_spec_step(r->sp, anchor, n, 24 - n, greedy, NULL, out, &err);
-        if (k < 0)
-            fail_msg("step: %s", err.msg);
+        if (k <= 0) {
+            fail_msg("step: %s", k < 0 ? err.msg : "no token");
+            return;
+        }
         memcpy(ids + n, out, (size_t)k * sizeof(int32_t));
         n += k;
         anchor = out[k - 1];
