@@ -117,28 +117,45 @@ def disk_bandwidth(model, total=2 * GIB, span=13369344, threads=4, chunk=1 << 20
 
 
 def kernel_rates(build):
-    """{'dram': B/s, 'fp4': B/s, 'fp8': B/s, 'bf16': B/s, 'isa': str} from bench-kernels."""
+    """{'dram': B/s, 'fp4': B/s, 'fp8': B/s, 'bf16': B/s, 'isa': str} from bench-kernels:
+    the best twin this CPU runs (the one the engine chooses), its all-threads rows."""
     exe = os.path.join(build, "tools", "bench-kernels")
-    isa = "avx512" if "avx512f" in open("/proc/cpuinfo").read() else "avx2"
+    flags = open("/proc/cpuinfo").read()
+    isa = ("avx512bf16" if all(f in flags for f in ("avx512f", "avx512vbmi", "avx512_vnni",
+                                                      "avx512_bf16"))
+           else "avx512" if "avx512f" in flags else "avx2")
     out = subprocess.run([exe, "--isa", isa], capture_output=True, text=True, check=True,
                          timeout=1200).stdout
     r = {"raw": out}
-    m = re.search(r"DRAM read .*?: 1 thread ([\d.]+) GB/s, \d+ threads ([\d.]+) GB/s", out)
+    m = re.search(r"read ceiling .*?: 1 thread ([\d.]+) GB/s, \d+ threads ([\d.]+) GB/s", out)
+    if not m:
+        raise RuntimeError("bench-kernels printed no read ceiling line:\n" + out)
     r["dram"] = max(float(m.group(1)), float(m.group(2))) * GB
     isas = re.search(r"ISA: (.*)", out).group(1).split()
-    best = "avx512" if "avx512" in isas else "avx2" if "avx2" in isas else "scalar"
+    best = next((i for i in ("avx512bf16", "avx512", "avx2") if i in isas and i == isa), "scalar")
     r["isa"] = best
-    rows = {}
+    rows, col = {}, None
     for line in out.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[1] == best:
-            rows[cells[0]] = float(cells[7]) * GB     # all-threads GB/s
+        if cells[:2] == ["shape", "isa"]:
+            col = {name: k for k, name in enumerate(cells)}
+        elif col and len(cells) >= len(col) and cells[col["isa"]] == best and \
+                int(cells[col["threads"]]) > 1:
+            rows[cells[0]] = float(cells[col["GB/s"]]) * GB     # all-threads GB/s
+    if not rows:   # one CPU: the one-thread rows are all there is
+        for line in out.splitlines():
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if col and len(cells) >= len(col) and cells[col["isa"]] == best and \
+                    cells[col["threads"]].isdigit():
+                rows[cells[0]] = float(cells[col["GB/s"]]) * GB
     fp4 = [v for k, v in rows.items() if "FP4" in k]
     # the engine's resident FP8 weights are screened for NaN codes at load and use the
     # screen-free kernel, so that is the dense rate the roof must assume
     fp8 = [v for k, v in rows.items() if "FP8" in k and "nanfree" in k] or \
         [v for k, v in rows.items() if "FP8" in k]
     bf16 = [v for k, v in rows.items() if "BF16" in k]
+    if not (fp4 and fp8 and bf16):
+        raise RuntimeError("bench-kernels printed no %s rows:\n%s" % (best, out))
     r["fp4"], r["fp8"], r["bf16"] = (sum(x) / len(x) for x in (fp4, fp8, bf16))
     return r
 
