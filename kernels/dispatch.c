@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Run-time choice of the kernel twin: the best ISA this CPU supports, unless
- * DSV4_KERNELS=scalar|avx2|avx512 or dsv4_kernels_force() says otherwise.
+ * DSV4_KERNELS=scalar|avx2|avx512|avx512bf16 or dsv4_kernels_force() says otherwise.
  * Every twin gives the same bits (kernels-internal.h), so the choice changes
  * speed only.
  */
@@ -19,6 +19,16 @@ static bool has_f16c(void)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+
+/* AVX512-VBMI and -VNNI (leaf 7.0 ECX bits 1, 11) and AVX512-BF16 (leaf 7.1 EAX bit 5),
+ * read directly: not every compiler's __builtin_cpu_supports knows the three */
+static bool has_vbmi_vnni_bf16(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & (1u << 1)) || !(c & (1u << 11)))
+        return false;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
+}
 #endif
 
 static int cpu_has(enum dsv4_isa isa)
@@ -34,6 +44,8 @@ static int cpu_has(enum dsv4_isa isa)
         __builtin_cpu_init();
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && has_f16c();
+    case DSV4_ISA_AVX512BF16:
+        return cpu_has(DSV4_ISA_AVX512) && has_vbmi_vnni_bf16();
 #endif
     default:
         return 0;
@@ -46,10 +58,12 @@ static const struct dsv4_kernel_ops *const all_ops[_DSV4_ISA_MAX] = {
 #ifdef DSV4_X86_TWINS
     [DSV4_ISA_AVX2] = &dsv4_kernel_ops_avx2,
     [DSV4_ISA_AVX512] = &dsv4_kernel_ops_avx512,
+    [DSV4_ISA_AVX512BF16] = &dsv4_kernel_ops_avx512bf16,
 #endif
 };
 
-static const char *const isa_names[_DSV4_ISA_MAX] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[_DSV4_ISA_MAX] = {"scalar", "avx2", "avx512",
+                                                      "avx512bf16"};
 
 const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa)
 {

@@ -27,6 +27,7 @@
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_scalar;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx2;
 extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx512;
+extern const struct dsv4_kernel_ops dsv4_kernel_ops_avx512bf16;
 
 /* index-c.c: the indexer scores' definition, and the largest block-exponent spread of a
  * (query head, key) pair for which their integer form is exact */

@@ -158,6 +158,7 @@ enum dsv4_isa {
     DSV4_ISA_SCALAR,
     DSV4_ISA_AVX2,
     DSV4_ISA_AVX512,
+    DSV4_ISA_AVX512BF16, /* AVX-512 with VBMI, VNNI and BF16 (Sapphire Rapids, Zen 4 on) */
     _DSV4_ISA_MAX,
 };
 

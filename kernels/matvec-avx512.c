@@ -85,9 +85,18 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
 #define INDEX_ZMM 1
 #include "index-simd.h"
 
+/* built twice (kernels/meson.build): plain AVX-512 (F, BW, VL), and with VBMI, VNNI and
+ * BF16 for the FP4 decode and multiply-adds of fp4_tile_z (FP4_VNNI) and the bf16
+ * many-row path (FP4_BF16) */
+#ifdef FP4_VNNI
+const struct dsv4_kernel_ops dsv4_kernel_ops_avx512bf16 = {
+    .isa = DSV4_ISA_AVX512BF16,
+    .name = "avx512bf16",
+#else
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .isa = DSV4_ISA_AVX512,
     .name = "avx512",
+#endif
     .matvec_fp8 = matvec_fp8_simd,
     .matvec_fp4 = matvec_fp4_simd,
     .matvec_bf16 = matvec_bf16_simd,

@@ -336,6 +336,36 @@ INLINE void fp4_tile(const int R, const int NX, const struct dsv4_fp4_weight *w,
         }
 }
 
+/* whether every factor 2^(S + eo − 127) of a weight row (scales s, nb blocks) and an
+ * activation row is a normal fp32 and no S is 0xFF, from the ranges of S and eo: a
+ * sufficient test (a row that fails it takes the definition) */
+static int fp4_ok_p(const uint8_t *s, uint32_t nb, const struct fp4_x *x)
+{
+    __m256i mn = _mm256_set1_epi8(-1), mx = _mm256_setzero_si256();
+    uint32_t b = 0;
+    for (; b + 32 <= nb; b += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(s + b));
+        mn = _mm256_min_epu8(mn, v);
+        mx = _mm256_max_epu8(mx, v);
+    }
+    /* the 32 per-position minima and maxima folded to 8 each, then min and ~max as words
+     * through one vphminposuw each */
+    __m128i v = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
+    __m128i u = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    v = _mm_min_epu8(v, _mm_srli_si128(v, 8));
+    u = _mm_max_epu8(u, _mm_srli_si128(u, 8));
+    v = _mm_unpacklo_epi64(v, _mm_xor_si128(u, _mm_set1_epi8(-1)));
+    v = _mm_min_epu8(v, _mm_srli_epi16(v, 8));
+    v = _mm_and_si128(v, _mm_set1_epi16(0xFF));
+    int lo = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi64(v, v)), 0);
+    int hi = 255 - _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi64(v, v)), 0);
+    for (; b < nb; b++) {
+        lo = s[b] < lo ? s[b] : lo;
+        hi = s[b] > hi ? s[b] : hi;
+    }
+    return hi < 255 && lo + x->eo_lo >= 1 && hi + x->eo_hi <= 254;
+}
+
 #if !FP4_HAS_Z
 /*
  * The 256-bit tile of all-16-bit activation rows (AVX2): two blocks per vector, block b
@@ -401,36 +431,6 @@ INLINE void fp4_factors_p(const uint8_t *s, const int32_t *eo, uint32_t n, float
         e = _mm256_loadu_si256((const __m256i *)et);
     }
     _mm256_storeu_ps(c, _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)));
-}
-
-/* whether every factor 2^(S + eo − 127) of a weight row (scales s, nb blocks) and an
- * activation row is a normal fp32 and no S is 0xFF, from the ranges of S and eo: a
- * sufficient test (a row that fails it takes the definition) */
-static int fp4_ok_p(const uint8_t *s, uint32_t nb, const struct fp4_x *x)
-{
-    __m256i mn = _mm256_set1_epi8(-1), mx = _mm256_setzero_si256();
-    uint32_t b = 0;
-    for (; b + 32 <= nb; b += 32) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(s + b));
-        mn = _mm256_min_epu8(mn, v);
-        mx = _mm256_max_epu8(mx, v);
-    }
-    /* the 32 per-position minima and maxima folded to 8 each, then min and ~max as words
-     * through one vphminposuw each */
-    __m128i v = _mm_min_epu8(_mm256_castsi256_si128(mn), _mm256_extracti128_si256(mn, 1));
-    __m128i u = _mm_max_epu8(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
-    v = _mm_min_epu8(v, _mm_srli_si128(v, 8));
-    u = _mm_max_epu8(u, _mm_srli_si128(u, 8));
-    v = _mm_unpacklo_epi64(v, _mm_xor_si128(u, _mm_set1_epi8(-1)));
-    v = _mm_min_epu8(v, _mm_srli_epi16(v, 8));
-    v = _mm_and_si128(v, _mm_set1_epi16(0xFF));
-    int lo = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi64(v, v)), 0);
-    int hi = 255 - _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi64(v, v)), 0);
-    for (; b < nb; b++) {
-        lo = s[b] < lo ? s[b] : lo;
-        hi = s[b] > hi ? s[b] : hi;
-    }
-    return hi < 255 && lo + x->eo_lo >= 1 && hi + x->eo_hi <= 254;
 }
 
 /* the codes and factors of pair t (blocks b0 + t, b0 + t + 1) of a chunk of a pair tile:
@@ -511,7 +511,7 @@ INLINE void fp4_tile_p(const int R, const int NX, const struct dsv4_fp4_weight *
  * blocks per vector, the even block's 8 lanes low, the odd block's high — exactly the
  * halves H = 0 and H = 1 of the 256-bit code, so one register holds the 16 lanes of an
  * (r, n) output and each pair costs two vpmaddwd, an add, a conversion, a permute of
- * the block factors and one fma.
+ * the block factors and one fma (fp4_tile_z, below).
  */
 
 /* the codes of blocks b, b + 1 (32 bytes): wa = [wa(b) | wa(b + 1)], wb likewise */
@@ -527,27 +527,81 @@ INLINE void fp4_decode2(const uint8_t *p, __m512i *wa, __m512i *wb)
     *wb = _mm512_unpackhi_epi8(_mm512_setzero_si512(), v);
 }
 
+#ifdef FP4_VNNI
+/*
+ * The pair's decode and multiply-adds with AVX-512 VBMI and VNNI (Ice Lake, Zen 4 and
+ * later; the avx512bf16 twin): the same lanes and integers in fewer operations. One vpermq spreads the pair's 32
+ * code bytes so that each qword holds the 8 bytes its output qword needs (even block
+ * in qwords 0-3, odd in 4-7); vpmultishiftqb moves each column's nibble into the high
+ * byte of its word (bit offset 4·(col mod 16)); a zero-masked vpermb looks it up in a
+ * 64-entry table that repeats the 16 doubled E2M1 values (vpermb reads 6 index bits,
+ * the two above the nibble are the next code's), zeroing the low bytes: the words are
+ * the doubled values ·256, as fp4_decode2's. vpdpwssd then adds both halves' products
+ * into the partial (exact, as vpmaddwd + vpaddd). 5 decode operations per pair where
+ * fp4_decode2 takes 7, and 2 multiply-adds where vpmaddwd takes 3 with the add.
+ */
+INLINE void fp4_decode_v(const uint8_t *p, __m512i *wa, __m512i *wb)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12));
+    /* wa's words: cols 0-3 | 4-7 | 16-19 | 20-23 of each block (offsets in the qword of
+     * bytes 0-7 or 8-15); wb's: the same + 8 columns */
+    const __m512i ca = _mm512_set_epi64(0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll);
+    const __m512i cb = _mm512_add_epi8(ca, _mm512_set1_epi8(32));
+    const __m512i spread = _mm512_permutexvar_epi64(
+        _mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3),
+        _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p)));
+    const __mmask64 hi = 0xAAAAAAAAAAAAAAAAull;
+    *wa = _mm512_maskz_permutexvar_epi8(hi, _mm512_multishift_epi64_epi8(ca, spread), table);
+    *wb = _mm512_maskz_permutexvar_epi8(hi, _mm512_multishift_epi64_epi8(cb, spread), table);
+}
+#endif
+
+/*
+ * The 512-bit tile. Chunks of 16 blocks: their factors 2^(S + eo − 127) as fp32 bits
+ * in one vector per (r, n), unchecked (a row's ranges are checked once, fp4_ok_p, as
+ * the AVX2 pair tile does; a row that fails takes the definition); pair t's lanes take
+ * them with one vpermps (indices 2t in lanes 0-7, 2t + 1 in 8-15). Per pair and
+ * output: the two multiply-adds, a conversion, that permute and one fma (the factors
+ * were 8 floats stored per 8 blocks and tracked per output: 1.15-1.2x at one row).
+ */
+#ifdef FP4_VNNI
+#define FP4_DECODE2 fp4_decode_v
+#define FP4_MADD2(wa, qa, wb, qb) _mm512_dpwssd_epi32(_mm512_madd_epi16(wa, qa), wb, qb)
+#else
+#define FP4_DECODE2 fp4_decode2
+#define FP4_MADD2(wa, qa, wb, qb)                                                              \
+    _mm512_add_epi32(_mm512_madd_epi16(wa, qa), _mm512_madd_epi16(wb, qb))
+#endif
 INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *w,
                        const uint32_t *rows, const struct fp4_x *xp, float *y, size_t ldy,
                        int ok[4][4])
 {
     const uint32_t nb = w->cols / 32;
     const uint8_t *wr[4], *sr[4];
-    __m256i lo[4][4], hi[4][4], sm[4][4];
     __m512 acc[4][4];
-    fp4_tile_begin(R, NX, w, rows, wr, sr, lo, hi, sm);
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+        wr[r] = w->w + (size_t)rows[r] * (w->cols / 2);
+        sr[r] = w->scale + (size_t)rows[r] * nb;
         for (int n = 0; n < NX; n++)
             acc[r][n] = _mm512_setzero_ps();
-    for (uint32_t b0 = 0; b0 < nb; b0 += 8) {
-        const uint32_t m = nb - b0 < 8 ? nb - b0 : 8;
-        float cf[4][4][8] __attribute__((aligned(32)));
-        fp4_tile_factors(R, NX, sr, xp, b0, m, cf, lo, hi, sm);
+    }
+    for (uint32_t b0 = 0; b0 < nb; b0 += 16) {
+        const uint32_t m = nb - b0 < 16 ? nb - b0 : 16;
+        const __mmask16 lm = (__mmask16)((1u << m) - 1);
+        __m512 f[4][4];
+        for (int r = 0; r < R; r++) {
+            const __m512i sv = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(lm, sr[r] + b0));
+            for (int n = 0; n < NX; n++)
+                f[r][n] = _mm512_castsi512_ps(_mm512_slli_epi32(
+                    _mm512_add_epi32(sv, _mm512_maskz_loadu_epi32(lm, xp[n].eo + b0)), 23));
+        }
+        __m512i idx = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(1), 1);
         uint32_t t = 0;
         for (; t + 2 <= m; t += 2) {
-            /* lanes 0-7 take block t's factor, 8-15 block t + 1's */
-            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32((int)t),
-                                                   _mm256_set1_epi32((int)t + 1), 1);
             __m512i qa[4], qb[4];
             for (int n = 0; n < NX; n++) {
                 const int16_t *q = fp4_qat_c(xp[n].q, b0 + t);
@@ -556,15 +610,14 @@ INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *
             }
             for (int r = 0; r < R; r++) {
                 __m512i wa, wb;
-                fp4_decode2(wr[r] + (size_t)(b0 + t) * 16, &wa, &wb);
+                FP4_DECODE2(wr[r] + (size_t)(b0 + t) * 16, &wa, &wb);
                 for (int n = 0; n < NX; n++) {
-                    __m512i p = _mm512_add_epi32(_mm512_madd_epi16(wa, qa[n]),
-                                                 _mm512_madd_epi16(wb, qb[n]));
-                    __m512 c = _mm512_permutexvar_ps(
-                        idx, _mm512_castps256_ps512(_mm256_load_ps(cf[r][n])));
-                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), c, acc[r][n]);
+                    const __m512i p = FP4_MADD2(wa, qa[n], wb, qb[n]);
+                    acc[r][n] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p),
+                                                _mm512_permutexvar_ps(idx, f[r][n]), acc[r][n]);
                 }
             }
+            idx = _mm512_add_epi32(idx, _mm512_set1_epi32(2));
         }
         if (t < m) { /* an odd count: the last block is even, lanes 0-7 */
             for (int r = 0; r < R; r++) {
@@ -573,15 +626,15 @@ INLINE void fp4_tile_z(const int R, const int NX, const struct dsv4_fp4_weight *
                 for (int n = 0; n < NX; n++) {
                     __m256 p = fp4_partial(wa, wb, fp4_qat_c(xp[n].q, b0 + t), FP4_Q16);
                     acc[r][n] = _mm512_mask3_fmadd_ps(_mm512_castps256_ps512(p),
-                                                      _mm512_set1_ps(cf[r][n][t]), acc[r][n],
-                                                      0x00FF);
+                                                      _mm512_permutexvar_ps(idx, f[r][n]),
+                                                      acc[r][n], 0x00FF);
                 }
             }
         }
     }
     for (int r = 0; r < R; r++)
         for (int n = 0; n < NX; n++) {
-            ok[r][n] = fp4_ok(lo[r][n], hi[r][n], sm[r][n]);
+            ok[r][n] = fp4_ok_p(sr[r], nb, &xp[n]);
             float a[16] __attribute__((aligned(64)));
             _mm512_store_ps(a, acc[r][n]);
             y[(size_t)n * ldy + rows[r]] = dsv4_lane_reduce(a);
@@ -724,9 +777,166 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         }
 }
 
+#ifdef FP4_BF16
+/*
+ * Many rows with AVX512-BF16 (the avx512bf16 twin): the definition's partial P of a
+ * lane is the exact four-term dot whenever the activations are FP8-QDQ'd (see the
+ * integer path above), so any order of its four products gives its bits, including
+ * vdpbf16ps's two products per step. Rows are taken this way only when every block
+ * satisfies what that proof needs: each x is exact in bf16 (low 16 bits zero), the
+ * block's x are integers at 18 bits after the scaling 2^(17 − M) (M: the exponent of
+ * its largest magnitude), and -108 <= M <= 122: every nonzero x is then a multiple of
+ * 2^(M − 17) and every product and partial a multiple of 2^(M − 18) >= 2^-126, so none
+ * is subnormal (vdpbf16ps flushes those to zero), and none overflows in any order. Then per pair and output:
+ * P = dpbf16(dpbf16(+0, Wa, Xa), Wb, Xb) (Wa, Xa: lane j's columns base_j, base_j + 1;
+ * Wb, Xb: + 8, + 9) and acc = fma(P, 2^(S − 127), acc) as in fp4_block_f: 3 operations
+ * per 64 products where the fp32 path needs 5, and half the bytes of X. P may be a
+ * zero of another sign than the definition's; acc starts at +0 and adding either zero
+ * leaves it unchanged, so the outputs are the same bits. Any other row (not QDQ'd,
+ * tests' raw x, NaN, inf) keeps the fp32 path.
+ */
+#define FP4_KCPB 16 /* pairs per chunk of K: 16 rows × 16 pairs × 128 bytes = 32 KiB */
+
+/* the bf16 X of pair `pair`, row n: 64 bf16 (Xa, Xb), the np rows of a pair together,
+ * so a tile's loads walk the chunk in order */
+INLINE uint16_t *fp4_xbat(uint16_t *X, size_t np, uint32_t pair, size_t n)
+{
+    return X + ((size_t)pair * np + n) * 64;
+}
+
+/* whether a block (32 x in v0, v1) meets the conditions above */
+INLINE int fp4_bf16_block_ok(__m512 v0, __m512 v1)
+{
+    const __m512i b0 = _mm512_castps_si512(v0), b1 = _mm512_castps_si512(v1);
+    const __m512i lo = _mm512_set1_epi32(0xFFFF), abs = _mm512_set1_epi32(0x7FFFFFFF);
+    if (_mm512_test_epi32_mask(b0, lo) | _mm512_test_epi32_mask(b1, lo))
+        return 0;
+    const uint32_t mb = (uint32_t)_mm512_reduce_max_epi32(
+        _mm512_max_epi32(_mm512_and_si512(b0, abs), _mm512_and_si512(b1, abs)));
+    if (mb == 0)
+        return 1;
+    const int M = (int)(mb >> 23) - 127;
+    if (mb >= 0x7F800000u || M < -108 || M > 122)
+        return 0;
+    const __m512 s = _mm512_castsi512_ps(_mm512_set1_epi32((17 - M + 127) << 23));
+    const __m512 f0 = _mm512_mul_ps(v0, s), f1 = _mm512_mul_ps(v1, s);
+    return _mm512_cmp_ps_mask(_mm512_roundscale_ps(f0, _MM_FROUND_TO_ZERO), f0, _CMP_NEQ_UQ) ==
+               0 &&
+           _mm512_cmp_ps_mask(_mm512_roundscale_ps(f1, _MM_FROUND_TO_ZERO), f1, _CMP_NEQ_UQ) == 0;
+}
+
+/* activation row n of np into the bf16 X; 0 when a block does not qualify */
+static int fp4_xprep_b(const float *x, uint32_t nb, uint16_t *X, size_t np, size_t n)
+{
+    const __m512i ia = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i ib = _mm512_add_epi32(ia, _mm512_set1_epi32(8));
+    for (uint32_t b = 0; b < nb; b += 2) {
+        const float *e = x + (size_t)b * 32;
+        const __m512 e0 = _mm512_loadu_ps(e), e1 = _mm512_loadu_ps(e + 16);
+        const __m512 o0 = b + 1 < nb ? _mm512_loadu_ps(e + 32) : _mm512_setzero_ps();
+        const __m512 o1 = b + 1 < nb ? _mm512_loadu_ps(e + 48) : _mm512_setzero_ps();
+        if (!fp4_bf16_block_ok(e0, e1) || !fp4_bf16_block_ok(o0, o1))
+            return 0;
+        uint16_t *d = fp4_xbat(X, np, b / 2, n);
+        /* 32 bf16: the even block's columns low, the odd block's high */
+        _mm512_store_si512((void *)d, (__m512i)_mm512_cvtne2ps_pbh(
+                                          _mm512_permutex2var_ps(o0, ia, o1),
+                                          _mm512_permutex2var_ps(e0, ia, e1)));
+        _mm512_store_si512((void *)(d + 32), (__m512i)_mm512_cvtne2ps_pbh(
+                                                 _mm512_permutex2var_ps(o0, ib, o1),
+                                                 _mm512_permutex2var_ps(e0, ib, e1)));
+    }
+    return 1;
+}
+
+/* Wa, Wb of a pair as bf16 (odd = 0: no odd block, its lanes +0): fp4_decode_v's spread
+ * and nibble fields, looked up in a 32-word table (the 16 E2M1 values twice: vpermw
+ * reads 5 index bits) */
+INLINE void fp4_wdec_b(const uint8_t *p, int odd, __m512i *wa, __m512i *wb)
+{
+    const __m512i table = _mm512_broadcast_i32x4(
+        _mm_setr_epi16(0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0));
+    const __m512i ntable = _mm512_or_si512(table, _mm512_set1_epi16((short)0x8000));
+    const __m512i tab = _mm512_mask_blend_epi64(0xCC, table, ntable); /* + | − | + | − */
+    const __m512i ca = _mm512_set_epi64(0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll,
+                                        0x1C1C181814141010ll, 0x0C0C080804040000ll);
+    const __m512i cb = _mm512_add_epi8(ca, _mm512_set1_epi8(32));
+    const __m256i raw = odd ? _mm256_loadu_si256((const __m256i *)p)
+                            : _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    const __m512i spread =
+        _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 0, 1, 1, 2, 2, 3, 3),
+                                 _mm512_castsi256_si512(raw));
+    *wa = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ca, spread), tab);
+    *wb = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(cb, spread), tab);
+}
+
+/* fp4_block_f over the bf16 X */
+INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t r1,
+                        const uint16_t *X, size_t np, float *y, size_t ldy, uint32_t yoff)
+{
+    const uint32_t nb = w->cols / 32, npair = (nb + 1) / 2;
+    __m512 accm[FP4_FRB][FP4_FNX];
+    for (uint32_t r = 0; r < r1 - r0; r++)
+        for (int n = 0; n < NX; n++)
+            accm[r][n] = _mm512_setzero_ps();
+    for (uint32_t c0 = 0; c0 < npair; c0 += FP4_KCPB) {
+        const uint32_t c1 = npair - c0 < FP4_KCPB ? npair : c0 + FP4_KCPB;
+        const uint16_t *Xc = X + (size_t)c0 * np * 64;
+        for (uint32_t r = 0; r < r1 - r0; r++) {
+            const uint8_t *wr = w->w + (size_t)(r0 + r) * (w->cols / 2);
+            const uint8_t *sr = w->scale + (size_t)(r0 + r) * nb;
+            __m512 acc[FP4_FNX];
+            for (int n = 0; n < NX; n++)
+                acc[n] = accm[r][n];
+            uint32_t pr = c0;
+            do {
+                const uint32_t b = 2 * pr;
+                const int odd = b + 1 < nb;
+                __m512i wa, wb;
+                fp4_wdec_b(wr + (size_t)b * 16, odd, &wa, &wb);
+                const __m512 ws = _mm512_castsi512_ps(
+                    _mm512_inserti64x4(_mm512_set1_epi32(fp4_sbits(sr[b])),
+                                       _mm256_set1_epi32(odd ? fp4_sbits(sr[b + 1]) : 0), 1));
+                const uint16_t *xb = Xc + (size_t)(pr - c0) * np * 64;
+                for (int n = 0; n < NX; n++) {
+                    const uint16_t *xn = xb + (size_t)n * 64;
+                    __m512 p = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)wa,
+                                                (__m512bh)_mm512_load_si512((const void *)xn));
+                    p = _mm512_dpbf16_ps(p, (__m512bh)wb,
+                                         (__m512bh)_mm512_load_si512((const void *)(xn + 32)));
+                    acc[n] = odd ? _mm512_fmadd_ps(p, ws, acc[n])
+                                 : _mm512_mask3_fmadd_ps(p, ws, acc[n], 0x00FF);
+                }
+            } while (++pr < c1);
+            for (int n = 0; n < NX; n++)
+                accm[r][n] = acc[n];
+        }
+    }
+    for (uint32_t r = 0; r < r1 - r0; r++)
+        for (int n = 0; n < NX; n++) {
+            float a[16] __attribute__((aligned(64)));
+            _mm512_store_ps(a, accm[r][n]);
+            y[(size_t)n * ldy + (r0 - yoff) + r] = dsv4_lane_reduce(a);
+        }
+}
+#endif
+
 /* the float path for nx rows: permuted in passes of FP4_NXP, in groups of 4, 8, 12 or
  * 16 rows (a group of fewer rows pads with zero rows whose outputs are dropped);
  * returns 0 without memory (the caller runs the integer path) */
+/* one row block of fp4_block_f or fp4_block_b for ng (4, 8, 12 or 16) rows */
+#define FP4_BLOCK_NG(F, ng, w, r0, r1, X, np, yb, ld, yoff)                                        \
+    do {                                                                                           \
+        switch (ng) {                                                                              \
+        case 4: F(4, w, r0, r1, X, np, yb, ld, yoff); break;                                     \
+        case 8: F(8, w, r0, r1, X, np, yb, ld, yoff); break;                                     \
+        case 12: F(12, w, r0, r1, X, np, yb, ld, yoff); break;                                   \
+        default: F(16, w, r0, r1, X, np, yb, ld, yoff); break;                                   \
+        }                                                                                          \
+    } while (0)
+
 static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
                         size_t ldy, uint32_t row_begin, uint32_t row_end)
 {
@@ -735,14 +945,33 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
     const size_t np = FP4_NXP;
     float *X = aligned_alloc(64, nchunk * np * FP4_KCP * 64 * sizeof(float));
     float *ypad = malloc((size_t)FP4_NXP * FP4_FRB * sizeof(float));
+#ifdef FP4_BF16
+    const size_t nchunkb = (npair + FP4_KCPB - 1) / FP4_KCPB;
+    uint16_t *Xb = aligned_alloc(64, nchunkb * np * FP4_KCPB * 64 * sizeof(uint16_t));
+#else
+    uint16_t *Xb = NULL;
+#endif
     if (!X || !ypad) {
         free(X);
         free(ypad);
+        free(Xb);
         return 0;
     }
     for (size_t n0 = 0; n0 < nx; n0 += FP4_NXP) {
         const size_t nc = nx - n0 < FP4_NXP ? nx - n0 : FP4_NXP, ng = (nc + 3) & ~(size_t)3;
-        for (size_t n = 0; n < ng; n++) {
+        /* the pass in bf16 when every row qualifies, else in fp32 */
+        int bf = Xb != NULL;
+#ifdef FP4_BF16
+        for (size_t n = 0; bf && n < ng; n++) {
+            if (n < nc) {
+                bf = fp4_xprep_b(x + (n0 + n) * w->cols, nb, Xb, np, n);
+                continue;
+            }
+            for (uint32_t pr = 0; pr < npair; pr++)
+                memset(fp4_xbat(Xb, np, pr, n), 0, 64 * sizeof(uint16_t));
+        }
+#endif
+        for (size_t n = 0; !bf && n < ng; n++) {
             if (n < nc) {
                 fp4_xperm(x + (n0 + n) * w->cols, nb, X, np, n);
                 continue;
@@ -757,12 +986,12 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
             float *yb = pad ? ypad : y + n0 * ldy;
             const size_t ld = pad ? FP4_FRB : ldy;
             const uint32_t yoff = pad ? r0 : 0;
-            switch (ng) {
-            case 4: fp4_block_f(4, w, r0, r1, X, np, yb, ld, yoff); break;
-            case 8: fp4_block_f(8, w, r0, r1, X, np, yb, ld, yoff); break;
-            case 12: fp4_block_f(12, w, r0, r1, X, np, yb, ld, yoff); break;
-            default: fp4_block_f(16, w, r0, r1, X, np, yb, ld, yoff); break;
-            }
+#ifdef FP4_BF16
+            if (bf)
+                FP4_BLOCK_NG(fp4_block_b, ng, w, r0, r1, Xb, np, yb, ld, yoff);
+            else
+#endif
+                FP4_BLOCK_NG(fp4_block_f, ng, w, r0, r1, X, np, yb, ld, yoff);
             if (pad)
                 for (size_t n = 0; n < nc; n++)
                     memcpy(y + (n0 + n) * ldy + r0, ypad + n * FP4_FRB,
@@ -771,6 +1000,7 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
     }
     free(X);
     free(ypad);
+    free(Xb);
     return 1;
 }
 

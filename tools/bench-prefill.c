@@ -7,10 +7,14 @@
  * Not a test: figures only.
  *
  *   bench-prefill --model DIR [--tokens N] [--chunks 64,256,512] [--threads N] [--reps N]
- *                 [--cache-gb G]
+ *                 [--cache-gb G] [--isa A,B,...]
  *
  * The prompt is a fixed pseudo-random id sequence (every id below the vocabulary), so runs
  * of two builds prefill the same rows; each figure is the fastest of --reps passes.
+ * --isa: an A/B of kernel twins in one process (one model load, one page-cache state):
+ * per chunk size and repetition every named twin runs once, in rotating order, and the
+ * table gives each twin's tok/s and its ratio to the first; the last-token logits of all
+ * twins must be the same bits (the twins' contract), else the tool stops.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "kernels.h"
 #include "util.h"
 
 static int parse_list(const char *arg, int *v, int max)
@@ -64,6 +69,8 @@ int main(int argc, char **argv)
     int chunks[16] = {64, 256, 512}, nch = 3, n = 512, reps = 2;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     double cache_gb = 16;
+    enum dsv4_isa isas[_DSV4_ISA_MAX];
+    int nisa = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
@@ -77,10 +84,25 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--cache-gb") && i + 1 < argc)
             cache_gb = atof(argv[++i]);
-        else {
+        else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+            char list[128];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                int k = 0;
+                while (k < _DSV4_ISA_MAX && !(dsv4_kernel_ops_for((enum dsv4_isa)k) &&
+                                              !strcmp(dsv4_kernel_ops_for((enum dsv4_isa)k)->name, t)))
+                    k++;
+                if (k == _DSV4_ISA_MAX || nisa == _DSV4_ISA_MAX) {
+                    fprintf(stderr, "bench-prefill: --isa: '%s' is not a twin this CPU runs\n", t);
+                    return 2;
+                }
+                isas[nisa++] = (enum dsv4_isa)k;
+            }
+        } else {
             fprintf(stderr,
                     "usage: %s --model DIR [--tokens N] [--chunks C,C,...] [--threads N] "
-                    "[--reps N] [--cache-gb G]\n",
+                    "[--reps N] [--cache-gb G] [--isa A,B,...]\n",
                     argv[0]);
             return 2;
         }
@@ -117,6 +139,51 @@ int main(int argc, char **argv)
     printf("# model %s: %d layers, dim %d, %d routed experts (%d per token); prompt %d tokens;"
            " untimed warm-up pass %.2f s\n\n", model, c->n_layers, c->dim, c->n_routed_experts,
            c->n_activated_experts, n, t_warm);
+    if (nisa > 0) {
+        /* the A/B of twins: rotating order per repetition, logits compared bitwise */
+        float *ref = dsv4_xmalloc((size_t)c->vocab_size * sizeof(*ref));
+        printf("| chunk |");
+        for (int k = 0; k < nisa; k++)
+            printf(" %s s (fastest of %d) | tok/s |%s", dsv4_kernel_ops_for(isas[k])->name, reps,
+                   k ? " ÷ first |" : "");
+        printf("\n|---:|");
+        for (int k = 0; k < nisa; k++)
+            printf("---:|---:|%s", k ? "---:|" : "");
+        printf("\n");
+        for (int i = 0; i < nch; i++) {
+            double best[_DSV4_ISA_MAX];
+            for (int k = 0; k < nisa; k++)
+                best[k] = 1e30;
+            for (int r = 0; r < reps; r++)
+                for (int j = 0; j < nisa; j++) {
+                    const int k = (j + r) % nisa;
+                    dsv4_kernels_force(isas[k]);
+                    double t = prefill_once(e, tok, n, chunks[i], logits);
+                    best[k] = t < best[k] ? t : best[k];
+                    if (i == 0 && r == 0 && j == 0)
+                        memcpy(ref, logits, (size_t)c->vocab_size * sizeof(*ref));
+                    else if (memcmp(ref, logits, (size_t)c->vocab_size * sizeof(*ref))) {
+                        fprintf(stderr, "bench-prefill: twin %s gave other logits (chunk %d)\n",
+                                dsv4_kernel_ops()->name, chunks[i]);
+                        return 1;
+                    }
+                }
+            printf("| %d |", chunks[i]);
+            for (int k = 0; k < nisa; k++) {
+                printf(" %.3f | %.2f |", best[k], n / best[k]);
+                if (k)
+                    printf(" %.2f |", best[0] / best[k]);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        printf("\nlast-token logits identical across the twins\n");
+        free(ref);
+        free(logits);
+        free(tok);
+        dsv4_engine_free(e);
+        return 0;
+    }
     printf("| chunk | s (fastest of %d) | tok/s | ÷ chunk %d |\n|---:|---:|---:|---:|\n", reps,
            chunks[0]);
     double base = -1;

@@ -621,6 +621,79 @@ static void test_fp4_many_rows(void **state)
     }
 }
 
+/*
+ * Many rows whose every block is QDQ'd (the avx512bf16 twin's bf16 path when a whole
+ * pass of up to 16 rows qualifies) beside passes that one row keeps in fp32: a row
+ * of non-bf16 x, a row at M = -109 (below the path's floor, where a product of its
+ * smallest x is subnormal) and one at M = -108 (at it), 18-bit blocks (448 beside
+ * 2^-9), zero and negative-zero rows, odd block counts
+ * (a lone last block), and weights with -0 codes and scale bytes 0, 1, 254 and 255.
+ */
+static void test_fp4_bf16_rows(void **state)
+{
+    select_twin(state);
+    static const uint32_t shapes[][2] = {{17, 96}, {40, 4096}, {33, 544}, {16, 64}};
+    static const size_t nxs[] = {8, 12, 16, 17, 32, 40};
+    enum { NXM = 40 };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const uint32_t rows = shapes[s][0], cols = shapes[s][1], nb = cols / 32;
+        uint8_t *w = malloc((size_t)rows * cols / 2);
+        uint8_t *sc = malloc((size_t)rows * nb);
+        float *x = malloc(NXM * cols * sizeof(float));
+        float *ref = malloc(NXM * rows * sizeof(float));
+        float *y = malloc(NXM * rows * sizeof(float));
+        for (size_t i = 0; i < (size_t)rows * cols / 2; i++)
+            w[i] = i / (cols / 2) == 3 ? 0x88 : (uint8_t)rnd(); /* row 3: all -0 */
+        for (uint32_t i = 0; i < rows; i++)
+            for (uint32_t j = 0; j < nb; j++) {
+                static const uint8_t edge[4] = {0, 1, 254, 255};
+                sc[i * nb + j] = i >= 4 && i < 8 && j == nb - 1 ? edge[i - 4]
+                                                               : (uint8_t)(110 + rnd() % 30);
+            }
+        for (uint32_t n = 0; n < NXM; n++) {
+            float *xr = x + (size_t)n * cols;
+            for (uint32_t k = 0; k < cols; k++)
+                xr[k] = rnd_f(n % 5 == 1 ? 200.0f : 2.0f);
+            dsv4_fp8_qdq(xr, cols, 128);
+            if (n == 2) /* an 18-bit block */
+                xr[0] = 448.0f, xr[1] = 0x1p-9f;
+            if (n == 3 || n == 4) /* zero, then negative zero */
+                for (uint32_t k = 0; k < cols; k++)
+                    xr[k] = n == 3 ? 0.0f : -0.0f;
+            if (n == 13 || n == 21) /* 448·2^e per block beside E4M3 subnormals · 2^e:
+                                     * M = -108 (in), M = -109 (out) */
+                for (uint32_t k = 0; k < cols; k++)
+                    xr[k] = (k % 2 ? 1.0f : -1.0f) *
+                            ldexpf(k % 32 ? (float)(1 + rnd() % 7) * 0x1p-9f : 448.0f,
+                                   n == 13 ? -116 : -117);
+            if (n == 35) /* not exact in bf16 */
+                xr[cols - 1] = 1.0f + 0x1p-12f;
+        }
+        struct case_ c = {.kind = FP4, .rows = rows, .cols = cols};
+        c.f4 = (struct dsv4_fp4_weight){w, sc, rows, cols};
+        for (uint32_t n = 0; n < NXM; n++)
+            call(twin(DSV4_ISA_SCALAR), &c, x + (size_t)n * cols, 1, ref + (size_t)n * rows, rows,
+                 0, rows);
+        for (size_t ni = 0; ni < sizeof nxs / sizeof nxs[0]; ni++) {
+            const size_t nx = nxs[ni];
+            for (size_t i = 0; i < nx * rows; i++)
+                y[i] = 12345.0f;
+            call(under_test, &c, x, nx, y, rows, 0, rows);
+            for (size_t n = 0; n < nx; n++)
+                for (uint32_t i = 0; i < rows; i++)
+                    if (!same_bits(y[n * rows + i], ref[n * rows + i]))
+                        fail_msg("%s nx=%zu row %zu/%u (%ux%u): %.9g != scalar %.9g",
+                                 under_test->name, nx, n, i, rows, cols,
+                                 (double)y[n * rows + i], (double)ref[n * rows + i]);
+        }
+        free(w);
+        free(sc);
+        free(x);
+        free(ref);
+        free(y);
+    }
+}
+
 static void test_fp4_all_codes_and_scales(void **state)
 {
     select_twin(state);
@@ -977,7 +1050,7 @@ static void test_dispatch(void **state)
 }
 
 static const enum dsv4_isa isa_all[_DSV4_ISA_MAX] = {DSV4_ISA_SCALAR, DSV4_ISA_AVX2,
-                                                      DSV4_ISA_AVX512};
+                                                      DSV4_ISA_AVX512, DSV4_ISA_AVX512BF16};
 
 int main(void)
 {
@@ -996,6 +1069,7 @@ int main(void)
         {"fp4_integer_classes", test_fp4_integer_classes},
         {"fp4_many_rows", test_fp4_many_rows},
         {"fp4_scale_range_positions", test_fp4_scale_range_positions},
+        {"fp4_bf16_rows", test_fp4_bf16_rows},
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
         {"dot_f64", test_dot_f64},
@@ -1009,8 +1083,9 @@ int main(void)
     size_t n = 0;
     for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
         if (!dsv4_kernel_ops_for((enum dsv4_isa)isa)) {
-            printf("# %s twin not on this CPU: its tests do not run here\n",
-                   isa == DSV4_ISA_AVX2 ? "avx2" : "avx512");
+            static const char *const isa_name[_DSV4_ISA_MAX] = {"scalar", "avx2", "avx512",
+                                                                 "avx512bf16"};
+            printf("# %s twin not on this CPU: its tests do not run here\n", isa_name[isa]);
             continue;
         }
         for (size_t t = 0; t < NT; t++) {
