@@ -529,11 +529,12 @@ INLINE void fp4_decode2(const uint8_t *p, __m512i *wa, __m512i *wb)
 
 #ifdef FP4_VNNI
 /*
- * The pair's decode and multiply-adds with AVX-512 VBMI and VNNI (Ice Lake, Zen 4 and
- * later; the avx512bf16 twin): the same lanes and integers in fewer operations. One vpermq spreads the pair's 32
- * code bytes so that each qword holds the 8 bytes its output qword needs (even block
- * in qwords 0-3, odd in 4-7); vpmultishiftqb moves each column's nibble into the high
- * byte of its word (bit offset 4·(col mod 16)); a zero-masked vpermb looks it up in a
+ * The pair's decode and multiply-adds with AVX-512 VBMI and VNNI (the avx512bf16 twin:
+ * Sapphire Rapids, Zen 4 and later): the same lanes and integers in fewer operations.
+ * One vpermq spreads the pair's 32 code bytes so that each qword holds the 8 bytes its
+ * output qword needs (even block in qwords 0-3, odd in 4-7); vpmultishiftqb moves each
+ * column's nibble into the high byte of its word (bit offset 4·(col mod 16)); a
+ * zero-masked vpermb looks it up in a
  * 64-entry table that repeats the 16 doubled E2M1 values (vpermb reads 6 index bits,
  * the two above the nibble are the next code's), zeroing the low bytes: the words are
  * the doubled values ·256, as fp4_decode2's. vpdpwssd then adds both halves' products
@@ -566,7 +567,7 @@ INLINE void fp4_decode_v(const uint8_t *p, __m512i *wa, __m512i *wb)
  * the AVX2 pair tile does; a row that fails takes the definition); pair t's lanes take
  * them with one vpermps (indices 2t in lanes 0-7, 2t + 1 in 8-15). Per pair and
  * output: the two multiply-adds, a conversion, that permute and one fma (the factors
- * were 8 floats stored per 8 blocks and tracked per output: 1.15-1.2x at one row).
+ * were 8 floats stored per 8 blocks and tracked per output: 1.2-1.3x at one row).
  */
 #ifdef FP4_VNNI
 #define FP4_DECODE2 fp4_decode_v
