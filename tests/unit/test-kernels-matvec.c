@@ -752,6 +752,10 @@ static void test_fp4_factor_edges(void **state)
         for (uint32_t t = 0; t < cols; t++)
             x[t] = ldexpf(t % 3 ? 1.0f : -1.5f, k);
         run_case(&c, x, 0);
+        /* the same with block 0 in the 18-bit class (a value 2^-16 below the largest):
+         * the integer tile that checks each output's factors (fp4_tile), at k = 15..18 */
+        x[1] = ldexpf(1.0f, k - 16);
+        run_case(&c, x, 0);
     }
 }
 
