@@ -72,15 +72,28 @@ const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa)
     return all_ops[isa];
 }
 
+const char *dsv4_isa_name(enum dsv4_isa isa)
+{
+    return (unsigned)isa < _DSV4_ISA_MAX ? isa_names[isa] : "?";
+}
+
+int dsv4_isa_by_name(const char *name)
+{
+    for (int i = 0; i < _DSV4_ISA_MAX; i++)
+        if (strcmp(name, isa_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 static _Atomic(const struct dsv4_kernel_ops *) current;
 
 static const struct dsv4_kernel_ops *choose(void)
 {
     const char *env = getenv("DSV4_KERNELS");
     if (env && *env) {
-        for (int i = 0; i < _DSV4_ISA_MAX; i++)
-            if (strcmp(env, isa_names[i]) == 0 && dsv4_kernel_ops_for((enum dsv4_isa)i))
-                return all_ops[i];
+        const int i = dsv4_isa_by_name(env);
+        if (i >= 0 && dsv4_kernel_ops_for((enum dsv4_isa)i))
+            return all_ops[i];
         /* an unknown or unsupported name falls back to the best available */
     }
     /* the best this CPU runs. (AVX-512 was opt-in until its bitwise tests had passed on an

@@ -182,6 +182,10 @@ struct dsv4_kernel_ops {
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */
 const struct dsv4_kernel_ops *dsv4_kernel_ops_for(enum dsv4_isa isa);
+/* An ISA's name ("scalar", "avx2", "avx512", "avx512bf16"), and the ISA of a name
+ * (-1 when unknown), whether or not this CPU runs it. */
+const char *dsv4_isa_name(enum dsv4_isa isa);
+int dsv4_isa_by_name(const char *name);
 /* The ops in use: the best supported ISA, unless DSV4_KERNELS or
  * dsv4_kernels_force chose another. */
 const struct dsv4_kernel_ops *dsv4_kernel_ops(void);

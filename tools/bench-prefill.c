@@ -89,11 +89,8 @@ int main(int argc, char **argv)
             snprintf(list, sizeof list, "%s", argv[++i]);
             for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
                  t = strtok_r(NULL, ",", &save)) {
-                int k = 0;
-                while (k < _DSV4_ISA_MAX && !(dsv4_kernel_ops_for((enum dsv4_isa)k) &&
-                                              !strcmp(dsv4_kernel_ops_for((enum dsv4_isa)k)->name, t)))
-                    k++;
-                if (k == _DSV4_ISA_MAX || nisa == _DSV4_ISA_MAX) {
+                const int k = dsv4_isa_by_name(t);
+                if (k < 0 || !dsv4_kernel_ops_for((enum dsv4_isa)k) || nisa == _DSV4_ISA_MAX) {
                     fprintf(stderr, "bench-prefill: --isa: '%s' is not a twin this CPU runs\n", t);
                     return 2;
                 }

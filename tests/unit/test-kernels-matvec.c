@@ -1087,9 +1087,8 @@ int main(void)
     size_t n = 0;
     for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
         if (!dsv4_kernel_ops_for((enum dsv4_isa)isa)) {
-            static const char *const isa_name[_DSV4_ISA_MAX] = {"scalar", "avx2", "avx512",
-                                                                 "avx512bf16"};
-            printf("# %s twin not on this CPU: its tests do not run here\n", isa_name[isa]);
+            printf("# %s twin not on this CPU: its tests do not run here\n",
+                   dsv4_isa_name((enum dsv4_isa)isa));
             continue;
         }
         for (size_t t = 0; t < NT; t++) {
