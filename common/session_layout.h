@@ -71,7 +71,7 @@ struct dsv4_layer_layout {
     X(x, float, (uint64_t)L->chunk * c->hc_dim)               /* [n][hc*dim] streams */       \
     X(y, float, (uint64_t)L->chunk * c->dim)                  /* [n][dim] */                  \
     X(a, float, (uint64_t)L->chunk * c->dim)                  /* [n][dim] */                  \
-    X(xq, float, (uint64_t)L->chunk * c->n_activated_experts * L->max_in) /* quantised in */  \
+    X(xq, float, (uint64_t)L->chunk * L->max_in)              /* quantised in */              \
     X(post, float, (uint64_t)L->chunk * c->hc_mult)           /* [n][hc] */                   \
     X(comb, float, (uint64_t)L->chunk * c->hc_mult * c->hc_mult) /* [n][hc*hc] */             \
     X(qa, float, (uint64_t)L->chunk * c->q_lora_rank)         /* [n][q_lora] */               \
@@ -99,9 +99,9 @@ struct dsv4_layer_layout {
     X(slot, int, (uint64_t)L->chunk * c->n_activated_experts) /* (row, choice) gathered */    \
     X(ew, const struct dsv4_expert_weights *, (uint64_t)c->n_routed_experts) /* leased */     \
     X(sout, float, (uint64_t)L->chunk * c->dim)               /* shared expert output */      \
-    X(gx, float, (uint64_t)L->chunk * c->n_activated_experts * c->dim) /* gathered rows */    \
-    X(g, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
-    X(u, float, (uint64_t)L->chunk * c->n_activated_experts * c->moe_inter_dim)               \
+    X(gx, float, (uint64_t)L->chunk * c->dim)   /* one expert's rows (≤ n: ids unique per row) */ \
+    X(g, float, (uint64_t)L->chunk * c->moe_inter_dim)                                        \
+    X(u, float, (uint64_t)L->chunk * c->moe_inter_dim)                                        \
     X(pooltmp, float, (uint64_t)2 * L->max_ratio)             /* pooling temp */          \
     X(rpos, int64_t, (uint64_t)L->chunk)                      /* each row's position */   \
     X(rtok, int32_t, (uint64_t)L->chunk)                      /* each row's token */

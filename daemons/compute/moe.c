@@ -225,6 +225,8 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
         if (g0 == 0 && target)  /* this layer's first leases are in: hint the next layer's */
             lookahead(s, layer, f, n);
         for (int u = 0; u < ng; u++) {
+            /* at most one row each (route leaves an id once per row), so m <= n: the
+             * scratch's gx, g and u hold n rows */
             int m = 0;
             for (int r = 0; r < n; r++)
                 for (int k = 0; k < K; k++)
@@ -232,6 +234,7 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                         memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d,
                                (size_t)d * sizeof(float));
                         slot[m++] = r * K + k;
+                        break;
                     }
             qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
             for (int i = 0; i < m; i++)
