@@ -16,7 +16,7 @@ void dsv4_layer_layout(const struct dsv4_config *c, const struct dsv4_session_la
                        struct dsv4_layer_layout *out)
 {
     *out = (struct dsv4_layer_layout){ 0 };
-    int D = c->head_dim, slack = DSV4_MAX(L->chunk, L->max_rollback);
+    int D = c->head_dim;
     uint64_t kvb = dsv4_kv_row_bytes(c), f = sizeof(float);
     out->ring = (uint64_t)L->ring_cap * kvb;
     enum dsv4_attn_kind k = c->layer_kind[l];
@@ -24,7 +24,9 @@ void dsv4_layer_layout(const struct dsv4_config *c, const struct dsv4_session_la
         return;
     int r = c->compress_ratios[l], coff = coff_of(r);
     out->max_rows = (int)(L->max_ctx / r);
-    out->cin_cap = coff * r + slack;
+    /* the compressor inputs of the windows being filled plus the rollback slack: windows are
+     * pooled as their last row arrives (compressor.c), so a step's rows need no room here */
+    out->cin_cap = coff * r + L->max_rollback;
     out->cin = (uint64_t)out->cin_cap * 2 * coff * D * f;
     out->rows = (uint64_t)out->max_rows * kvb;
     if (k == DSV4_ATTN_CSA) {

@@ -85,6 +85,9 @@ void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct 
     int width = cw->coff * cw->c;
     const float *kvp = bs->s.cproj + (size_t)g->r0 * width;
     const float *sc = bs->s.cproj + ((size_t)n + g->r0) * width;
+    /* each window is pooled as soon as its last position is in, so the ring never holds
+     * more than the windows being filled and the rollback slack (session_layout.c), however
+     * many rows a step brings: it reads only positions up to its last */
     for (int i = 0; i < g->n; i++) {
         int64_t t = g->pos0 + i;
         float *dst = cin + (size_t)(t % cin_cap) * 2 * width;
@@ -92,9 +95,6 @@ void compressor_absorb(dsv4_session *bs, const struct step_seg *g, const struct 
         memcpy(dst, kvp + (size_t)i * width, (size_t)width * sizeof(float));
         for (int k = 0; k < width; k++)
             dst[width + k] = sc[(size_t)i * width + k] + ape[k];
-    }
-    for (int i = 0; i < g->n; i++) {
-        int64_t t = g->pos0 + i;
         if ((t + 1) % cw->ratio != 0)
             continue;
         int64_t w = t / cw->ratio;

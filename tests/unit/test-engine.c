@@ -176,8 +176,14 @@ static void test_rollback(void **state)
      * rejections, draft longer than one chunk */
     check_rollback(e, 29, 8, 3, 64);
     check_rollback(e, 60, 16, 0, 5);
-    if (n_tok == N_TOK)
+    if (n_tok == N_TOK) {
         check_rollback(e, 95, 12, 5, 1);
+        /* the whole max_rollback (16) undone after one wide step: the compressor ring keeps
+         * only coff·ratio + max_rollback positions, and the reopened windows (32..47 of
+         * ratio 16, 44..47 of ratio 4 with its overlap 40..43) must still be in it */
+        check_rollback(e, 47, 16, 0, 64);
+        check_rollback(e, 33, 16, 2, 64);
+    }
     dsv4_engine_free(e);
 }
 

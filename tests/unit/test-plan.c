@@ -115,14 +115,15 @@ static void test_rows_add_up(void **state)
 
 /*
  * The session state's bytes are the documented formula (docs/numerics.md "Session state"):
- * per layer a ring of window + slack packed KV rows; per compressed layer of ratio r the
- * compressor inputs in fp32, (coff·r + slack) × 2·coff·head_dim × 4 bytes (CSA: and the
+ * per layer a ring of window + slack packed KV rows (slack = max(chunk, max_rollback));
+ * per compressed layer of ratio r the compressor inputs in fp32, (coff·r + max_rollback) ×
+ * 2·coff·head_dim × 4 bytes (a window is pooled as its last row arrives) (CSA: and the
  * same with index_head_dim), and ⌊max_ctx / r⌋ packed KV rows (CSA: and packed indexer
  * keys). A packed KV row is 2·rope + (head_dim − rope) + ⌈(head_dim − rope)/64⌉ bytes
  * rounded up to even, an indexer key ⌈ihd/2⌉ + ⌈ihd/32⌉. Flash and Pro: 584 and 68 bytes, and
  * 3514.25 (Flash) and 5031.4375 (Pro) bytes per token of context, the table's figures.
  */
-static uint64_t state_formula(const struct dsv4_config *c, int64_t T, int slack)
+static uint64_t state_formula(const struct dsv4_config *c, int64_t T, int slack, int rollback)
 {
     uint64_t D = (uint64_t)c->head_dim, R = (uint64_t)c->rope_head_dim;
     uint64_t ihd = (uint64_t)c->index_head_dim;
@@ -134,7 +135,7 @@ static uint64_t state_formula(const struct dsv4_config *c, int64_t T, int slack)
         int r = c->compress_ratios[l];
         if (c->layer_kind[l] == DSV4_ATTN_WINDOW)
             continue;
-        uint64_t coff = r == 4 ? 2 : 1, cin_cap = coff * (uint64_t)r + (uint64_t)slack;
+        uint64_t coff = r == 4 ? 2 : 1, cin_cap = coff * (uint64_t)r + (uint64_t)rollback;
         /* (an empty array still takes one byte: max_ctx < r) */
         b += cin_cap * 2 * coff * D * 4 + (T >= r ? (uint64_t)(T / r) * kv : 1);
         if (c->layer_kind[l] == DSV4_ATTN_CSA)
@@ -160,9 +161,12 @@ static void test_state_bytes_formula(void **state)
         for (size_t i = 0; i < sizeof(ctxs) / sizeof(ctxs[0]); i++) {
             struct dsv4_session_layout L;
             assert_int_equal(dsv4_session_layout(c, ctxs[i], 0, 0, 1, &L, &err), 0);
-            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], DSV4_DEFAULT_CHUNK));
+            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], DSV4_DEFAULT_CHUNK,
+                                                          DSV4_DEFAULT_MAX_ROLLBACK));
             assert_int_equal(dsv4_session_layout(c, ctxs[i], 8, 40, 1, &L, &err), 0);
-            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], 40));
+            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], 40, 40));
+            assert_int_equal(dsv4_session_layout(c, ctxs[i], 512, 4, 1, &L, &err), 0);
+            assert_int_equal(L.state_bytes, state_formula(c, ctxs[i], 512, 4));
         }
         if (m > 0) {
             struct dsv4_session_layout A, B;
