@@ -28,7 +28,13 @@ One command:
        t_disk    = missed / disk_bw
    where `missed` is the measured bytes read per decode token at that budget. Printed:
    measured ÷ roof.
-4. The 43-layer projection: the same roof with Flash's 43 layers, at this machine's RAM (the
+4. The prefill roof: a prompt token's matmuls (attention projections, compressors and the
+   indexer's, the router, the shared and the K routed experts; not the head, which prefill
+   runs for one row, and not the context-dependent scores) at the FMA peak bench-kernels
+   measures in the same run (all threads), the FP4 experts' share at twice that where the
+   avx512bf16 twin runs (vdpbf16ps: two multiply-adds per lane). No kernel can beat it; the
+   table prints prefill ÷ roof (use --prompt 512 or more: a short prompt is a few small steps).
+5. The 43-layer projection: the same roof with Flash's 43 layers, at this machine's RAM (the
    plan of tests/fixtures/configs/flash at 80 % of MemTotal) with uniform routing (hit rate =
    cached fraction, peers.md's pessimistic floor), times the ratio measured at the budget with
    the fewest cached experts.
@@ -131,6 +137,10 @@ def kernel_rates(build):
     if not m:
         raise RuntimeError("bench-kernels printed no read ceiling line:\n" + out)
     r["dram"] = max(float(m.group(1)), float(m.group(2))) * GB
+    m = re.search(r"FMA peak .*?: 1 thread ([\d.]+) GMAC/s, \d+ threads ([\d.]+) GMAC/s", out)
+    if not m:
+        raise RuntimeError("bench-kernels printed no FMA peak line:\n" + out)
+    r["fma"] = max(float(m.group(1)), float(m.group(2))) * 1e9     # multiply-adds per second
     isas = re.search(r"ISA: (.*)", out).group(1).split()
     best = next((i for i in ("avx512bf16", "avx512", "avx2") if i in isas and i == isa), "scalar")
     r["isa"] = best
@@ -194,7 +204,9 @@ def run_budget(exe, model, gb, a, cfg):
     p = plan(exe, model, gb)
     dropped = drop_caches()
     t0 = time.monotonic()
-    ctl(exe, "start", "--model", model, "--run-dir", run_dir, "--memory-gb", repr(gb))
+    # no prefix cache: its disk tier would serve one budget's prompt from the run before it
+    ctl(exe, "start", "--model", model, "--run-dir", run_dir, "--memory-gb", repr(gb),
+        "--no-prefix-cache")
     t_start = time.monotonic() - t0
     rnd = random.Random(7)
     prompt = ",".join(str(rnd.randrange(1000, cfg["vocab_size"])) for _ in range(a.prompt))
@@ -276,6 +288,33 @@ def roof(dense, head, routed, missed, k, disk_bw):
     return 1 / max(t_k, t_d, t_io), {"kernels": t_k, "dram": t_d, "disk": t_io}
 
 
+def prefill_macs(c):
+    """(FP4 routed-expert, other) multiply-adds of one prompt token's matmuls, from the config."""
+    d, I, K = c["hidden_size"], c["moe_intermediate_size"], c["num_experts_per_tok"]
+    H, D, ql = c["num_attention_heads"], c["head_dim"], c["q_lora_rank"]
+    G, ol = c["o_groups"], c["o_lora_rank"]
+    ih, ihd = c["index_n_heads"], c["index_head_dim"]
+    fp4 = other = 0
+    for l in range(c["num_hidden_layers"]):
+        other += d * ql + ql * H * D + d * D + H * D * ol + G * ol * d   # wq_a/b, wkv, wo_a/b
+        other += d * c["n_routed_experts"] + 3 * d * I * c.get("n_shared_experts", 1)
+        fp4 += K * 3 * d * I
+        r = c["compress_ratios"][l] if l < len(c["compress_ratios"]) else 0
+        if r:
+            coff = 2 if r == 4 else 1
+            other += 2 * d * coff * D                                    # compressor wkv, wgate
+            if r == 4:                                                   # CSA: the indexer's
+                other += 2 * d * coff * ihd + ql * ih * ihd + d * ih
+    return fp4, other
+
+
+def prefill_roof(c, k):
+    """Prompt tokens per second at the FMA peak (FP4 at twice it with the bf16 twin)."""
+    fp4, other = prefill_macs(c)
+    f = 2.0 if k["isa"] == "avx512bf16" else 1.0
+    return k["fma"] / (other + fp4 / f)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True)
@@ -309,7 +348,8 @@ def main():
         print(f"O_DIRECT read (random 12.75 MiB spans, 4 threads x 1 MiB): {d / GB:.2f} GB/s; "
               f"DRAM read {kk['dram'] / GB:.2f} GB/s; kernels ({kk['isa']}, all threads): "
               f"FP4 expert {kk['fp4'] / GB:.2f} GB/s, FP8 dense (NaN-free) {kk['fp8'] / GB:.2f} GB/s, "
-              f"BF16 head {kk['bf16'] / GB:.2f} GB/s", flush=True)
+              f"BF16 head {kk['bf16'] / GB:.2f} GB/s; FMA peak {kk['fma'] / 1e9:.1f} GMAC/s",
+              flush=True)
         return d, kk
     disk, k = physical()
     L, K = cfg["num_hidden_layers"], cfg["num_experts_per_tok"]
@@ -338,18 +378,25 @@ def main():
     disk = max(disk, achieved)
     print(f"roof rates (best of both): disk {disk / GB:.2f}, DRAM {k['dram'] / GB:.2f}, "
           f"FP4 {k['fp4'] / GB:.2f}, FP8 {k['fp8'] / GB:.2f}, BF16 {k['bf16'] / GB:.2f} GB/s")
-    print("| budget GiB | cached | peak GiB | prefill tok/s | TTFT s | decode tok/s | "
-          "disk MB/token | hit (disk) | hit (demand) | lookahead | roof tok/s | bound | "
-          "measured/roof |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    pf4, pother = prefill_macs(cfg)
+    proof = prefill_roof(cfg, k)
+    print(f"prefill roof: {(pf4 + pother) / 1e6:.0f} M multiply-adds per prompt token "
+          f"({pf4 / 1e6:.0f} M in FP4 experts) at {k['fma'] / 1e9:.1f} GMAC/s "
+          f"({k['isa']}): {proof:.1f} tok/s")
+    print("| budget GiB | cached | peak GiB | prefill tok/s | prefill/roof | TTFT s | "
+          "decode tok/s | disk MB/token | hit (disk) | hit (demand) | lookahead | roof tok/s | "
+          "bound | measured/roof |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for r in runs:
         gb = r["budget_gib"]
         dense = r["dense_bytes"] - tid2eid(cfg)
         rf, t = roof(dense, head, L * K * expert, r["disk_bytes_per_token"], k, disk)
-        r.update(roof_tok_s=rf, roof_times=t, ratio=r["decode_tok_s"] / rf)
+        r.update(roof_tok_s=rf, roof_times=t, ratio=r["decode_tok_s"] / rf,
+                 prefill_roof_tok_s=proof, prefill_ratio=r["prefill_tok_s"] / proof)
         results.append(r)
         print(f"| {gb:g} | {r['slots']}/{r['experts']} ({100 * r['cached_fraction']:.0f} %) | "
-              f"{r['peak_bytes'] / GIB:.2f} | {r['prefill_tok_s']:.2f} | {r['ttft_s']:.2f} | "
+              f"{r['peak_bytes'] / GIB:.2f} | {r['prefill_tok_s']:.2f} | "
+              f"{r['prefill_ratio']:.2f} | {r['ttft_s']:.2f} | "
               f"{r['decode_tok_s']:.2f} | {r['disk_bytes_per_token'] / 1e6:.1f} | "
               f"{r['hit_rate']:.2f} | {r['demand_hit_rate']:.2f} | "
               f"{'-' if r['lookahead'] is None else format(r['lookahead'], '.2f')} | "
@@ -373,10 +420,19 @@ def main():
           f"(kernels {ft['kernels']:.3f} s, DRAM {ft['dram']:.3f} s, disk {ft['disk']:.3f} s "
           f"per token); projected {frf * low['ratio']:.2f} tok/s at the ratio measured with "
           f"the fewest cached experts ({low['ratio']:.2f})")
+    fproof = prefill_roof(fc, k)
+    best = max(results, key=lambda r: r["prefill_ratio"])
+    print(f"Flash prefill: roof {fproof:.2f} tok/s ({sum(prefill_macs(fc)) / 1e9:.2f} G "
+          f"multiply-adds per prompt token); at the best prefill ratio measured here "
+          f"({best['prefill_ratio']:.2f}, at {best['budget_gib']:g} GiB with its misses) a "
+          f"1024-token prompt takes {1024 / (fproof * best['prefill_ratio']):.0f} s "
+          f"(at the roof {1024 / fproof:.0f} s)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"disk": disk, "kernels": k,
-                       "runs": results, "flash_roof": frf, "flash_projected": frf * low["ratio"]},
+                       "runs": results, "flash_roof": frf, "flash_projected": frf * low["ratio"],
+                       "flash_prefill_roof": fproof,
+                       "flash_ttft_1k_s": 1024 / (fproof * best["prefill_ratio"])},
                       f, indent=1)
 
 
