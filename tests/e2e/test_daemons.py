@@ -294,7 +294,8 @@ def bad_model():
 def crash_loop():
     """Five deaths of compute within 120 s trip the breaker: the set stops, nothing is left."""
     st = start()
-    pids = [d["pid"] for d in st["daemons"]] + [st["supervisor_pid"]]
+    pids = [(p, proc_start(p)) for p in [d["pid"] for d in st["daemons"]] +
+            [st["supervisor_pid"]]]
     backoffs = []
     for i in range(5):
         deadline = time.time() + 30
@@ -305,7 +306,7 @@ def crash_loop():
                 break
             assert time.time() < deadline, cur
             time.sleep(0.02)
-        pids.append(c["pid"])
+        pids.append((c["pid"], proc_start(c["pid"])))
         os.kill(c["pid"], signal.SIGKILL)
     deadline = time.time() + 30
     while ctl("status", "--run-dir", run_dir, check=False).stdout.find("supervisor 0,") < 0:
@@ -315,10 +316,34 @@ def crash_loop():
     assert "crash loop" in log and log.count("started compute") == 5, log
     for ms in ("100 ms (1/5)", "200 ms (2/5)", "400 ms (3/5)", "800 ms (4/5)"):
         assert ms in log, (ms, log)
-    for pid in pids:
-        assert not os.path.exists(f"/proc/{pid}") or \
-            open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z", pid
+    # every killed compute is gone (or a zombie); a SIGKILLed process may take a moment to
+    # exit on a loaded machine, and its pid may meanwhile belong to another process
+    deadline = time.time() + 10
+    for pid, t0 in pids:
+        while proc_start(pid) == t0 and proc_state(pid) != "Z":
+            assert time.time() < deadline, (pid, proc_state(pid))
+            time.sleep(0.05)
     assert not shm_segments(), shm_segments()
+
+
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name, or None when there is no such pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def proc_state(pid):
+    st = proc_stat(pid)
+    return st[0] if st else None
+
+
+def proc_start(pid):
+    """The process's start time (stat field 22): tells a reused pid from the one we knew."""
+    st = proc_stat(pid)
+    return st[19] if st else None
 
 
 def goldens():
