@@ -308,9 +308,10 @@ def prefill_macs(c):
     return fp4, other
 
 
-def prefill_roof(c, k):
-    """Prompt tokens per second at the FMA peak (FP4 at twice it with the bf16 twin)."""
-    fp4, other = prefill_macs(c)
+def prefill_roof(macs, k):
+    """Prompt tokens per second at the FMA peak for prefill_macs' (fp4, other) (FP4 at twice it
+    with the bf16 twin)."""
+    fp4, other = macs
     f = 2.0 if k["isa"] == "avx512bf16" else 1.0
     return k["fma"] / (other + fp4 / f)
 
@@ -379,7 +380,7 @@ def main():
     print(f"roof rates (best of both): disk {disk / GB:.2f}, DRAM {k['dram'] / GB:.2f}, "
           f"FP4 {k['fp4'] / GB:.2f}, FP8 {k['fp8'] / GB:.2f}, BF16 {k['bf16'] / GB:.2f} GB/s")
     pf4, pother = prefill_macs(cfg)
-    proof = prefill_roof(cfg, k)
+    proof = prefill_roof((pf4, pother), k)
     print(f"prefill roof: {(pf4 + pother) / 1e6:.0f} M multiply-adds per prompt token "
           f"({pf4 / 1e6:.0f} M in FP4 experts) at {k['fma'] / 1e9:.1f} GMAC/s "
           f"({k['isa']}): {proof:.1f} tok/s")
@@ -420,9 +421,10 @@ def main():
           f"(kernels {ft['kernels']:.3f} s, DRAM {ft['dram']:.3f} s, disk {ft['disk']:.3f} s "
           f"per token); projected {frf * low['ratio']:.2f} tok/s at the ratio measured with "
           f"the fewest cached experts ({low['ratio']:.2f})")
-    fproof = prefill_roof(fc, k)
+    fmacs = prefill_macs(fc)
+    fproof = prefill_roof(fmacs, k)
     best = max(results, key=lambda r: r["prefill_ratio"])
-    print(f"Flash prefill: roof {fproof:.2f} tok/s ({sum(prefill_macs(fc)) / 1e9:.2f} G "
+    print(f"Flash prefill: roof {fproof:.2f} tok/s ({sum(fmacs) / 1e9:.2f} G "
           f"multiply-adds per prompt token); at the best prefill ratio measured here "
           f"({best['prefill_ratio']:.2f}, at {best['budget_gib']:g} GiB with its misses) a "
           f"1024-token prompt takes {1024 / (fproof * best['prefill_ratio']):.0f} s "

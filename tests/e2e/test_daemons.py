@@ -108,18 +108,34 @@ def shm_segments():
     return glob.glob(f"/dev/shm/dsv4-{os.geteuid()}-{i}-*")
 
 
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name, or None when there is no such pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def proc_state(pid):
+    st = proc_stat(pid)
+    return st[0] if st else None
+
+
+def proc_start(pid):
+    """The process's start time (stat field 22): tells a reused pid from the one we knew."""
+    st = proc_stat(pid)
+    return st[19] if st else None
+
+
 def stop_and_check(st):
     pids = [d["pid"] for d in st["daemons"]] + [st["supervisor_pid"]]
     before = shm_segments()
     assert len(before) == 5, before    # four stats pages (api's too) and the fetcher's expert cache
     ctl("stop", "--run-dir", run_dir, timeout=60)
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            continue
-        assert state == "Z", f"process {pid} survived stop (state {state})"
+        state = proc_state(pid)
+        assert state in (None, "Z"), f"process {pid} survived stop (state {state})"
     left = [p for p in before if os.path.exists(p)]
     assert not left, f"shm segments left: {left}"
     socks = glob.glob(os.path.join(run_dir, "*.sock"))
@@ -324,26 +340,6 @@ def crash_loop():
             assert time.time() < deadline, (pid, proc_state(pid))
             time.sleep(0.05)
     assert not shm_segments(), shm_segments()
-
-
-def proc_stat(pid):
-    """The fields of /proc/PID/stat after the command name, or None when there is no such pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
-
-
-def proc_state(pid):
-    st = proc_stat(pid)
-    return st[0] if st else None
-
-
-def proc_start(pid):
-    """The process's start time (stat field 22): tells a reused pid from the one we knew."""
-    st = proc_stat(pid)
-    return st[19] if st else None
 
 
 def goldens():
