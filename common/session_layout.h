@@ -108,11 +108,15 @@ struct dsv4_layer_layout {
 
 struct dsv4_expert_weights;
 
-/* Floats of one attention worker's scratch (attention.c attend_heads): the P·V sums (D
- * doubles), the scores of a block of 64, the block's 64 unpacked KV rows (64 × D) and, per
- * head, the accumulator (D), running maximum and denominator. */
+/* Heads whose scores and P·V attention.c computes together (the heads kernels' groups). */
+#define DSV4_ATTN_HG 8
+/* Floats of one attention worker's scratch (attention.c attend_heads): for a group of
+ * DSV4_ATTN_HG heads the P·V sums (D doubles each) and a block of 64 scores (doubles) and
+ * probabilities (floats), the block's 64 unpacked KV rows (64 × D) and, per head, the
+ * accumulator (D), running maximum and denominator. */
 #define DSV4_ATTN_TMP(c)                                                                     \
-    ((2 + 64) * (uint64_t)(c)->head_dim + 64 + (uint64_t)(c)->n_heads * ((c)->head_dim + 2))
+    ((2 * DSV4_ATTN_HG + 64) * (uint64_t)(c)->head_dim + 3 * DSV4_ATTN_HG * 64 +             \
+     (uint64_t)(c)->n_heads * ((c)->head_dim + 2))
 
 /*
  * Fill *L for config c and the options (0 = default); -EINVAL naming the option when one is

@@ -168,3 +168,15 @@ void dsv4_axpy_f64(double *y, double a, const float *x, size_t n)
 {
     dsv4_kernel_ops()->axpy_f64(y, a, x, n);
 }
+
+void dsv4_dot_f64_heads(const float *q, size_t ldq, size_t nh, const float *const *k, size_t nk,
+                        size_t n, double *out)
+{
+    dsv4_kernel_ops()->dot_f64_heads(q, ldq, nh, k, nk, n, out);
+}
+
+void dsv4_pv_f64_heads(const float *p, size_t ldp, size_t nh, const float *const *k, size_t nk,
+                       size_t n, double *y, size_t ldy)
+{
+    dsv4_kernel_ops()->pv_f64_heads(p, ldp, nh, k, nk, n, y, ldy);
+}

@@ -123,6 +123,19 @@ double dsv4_dot_f64(const float *a, const float *b, size_t n);
 void dsv4_dot_f64_many(const float *q, const float *const *k, size_t nk, size_t n, double *out);
 /* y[i] = y[i] + a·x[i] in double, the product and the sum each rounded (no fused form). */
 void dsv4_axpy_f64(double *y, double a, const float *x, size_t n);
+/*
+ * The attention's two products for nh heads against the same nk keys (fp32 rows of n values),
+ * each head's arithmetic its own, so the twins may share a key's loads and conversions
+ * between heads:
+ * - scores: out[h·nk + j] = dsv4_dot_f64(q + h·ldq, k[j], n), same bits;
+ * - P·V: y[h·ldy + i] = Σ_j p[h·ldp + j]·k[j][i] in double, ascending j from +0, each product
+ *   and sum rounded (as repeated dsv4_axpy_f64 from y = 0). A product of two fp32 values is
+ *   exact in double, so a fused multiply-add gives the same bits.
+ */
+void dsv4_dot_f64_heads(const float *q, size_t ldq, size_t nh, const float *const *k, size_t nk,
+                        size_t n, double *out);
+void dsv4_pv_f64_heads(const float *p, size_t ldp, size_t nh, const float *const *k, size_t nk,
+                       size_t n, double *y, size_t ldy);
 
 /*
  * Lightning indexer scores (spec §11; docs/numerics.md): a query of nh heads of d values
@@ -178,6 +191,10 @@ struct dsv4_kernel_ops {
     void (*index_scores)(const struct dsv4_index_query *, const uint8_t *, size_t, size_t,
                          float *);
     void (*axpy_f64)(double *, double, const float *, size_t);
+    void (*dot_f64_heads)(const float *, size_t, size_t, const float *const *, size_t, size_t,
+                          double *);
+    void (*pv_f64_heads)(const float *, size_t, size_t, const float *const *, size_t, size_t,
+                         double *, size_t);
 };
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */

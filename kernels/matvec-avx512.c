@@ -105,4 +105,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .dot_f64_many = dot_f64_many_simd,
     .index_scores = index_scores_simd,
     .axpy_f64 = axpy_f64_simd,
+    .dot_f64_heads = dot_f64_heads_simd,
+    .pv_f64_heads = pv_f64_heads_simd,
 };

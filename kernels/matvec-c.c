@@ -130,6 +130,25 @@ static void axpy_f64_c(double *y, double a, const float *x, size_t n)
         y[i] += a * (double)x[i];
 }
 
+static void dot_f64_heads_c(const float *q, size_t ldq, size_t nh, const float *const *k,
+                            size_t nk, size_t n, double *out)
+{
+    for (size_t h = 0; h < nh; h++)
+        dot_f64_many_c(q + h * ldq, k, nk, n, out + h * nk);
+}
+
+static void pv_f64_heads_c(const float *p, size_t ldp, size_t nh, const float *const *k,
+                           size_t nk, size_t n, double *y, size_t ldy)
+{
+    for (size_t h = 0; h < nh; h++) {
+        double *yh = y + h * ldy;
+        for (size_t i = 0; i < n; i++)
+            yh[i] = 0.0;
+        for (size_t j = 0; j < nk; j++)
+            axpy_f64_c(yh, (double)p[h * ldp + j], k[j], n);
+    }
+}
+
 const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .isa = DSV4_ISA_SCALAR,
     .name = "scalar",
@@ -141,4 +160,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .dot_f64_many = dot_f64_many_c,
     .index_scores = dsv4_index_scores_ref,
     .axpy_f64 = axpy_f64_c,
+    .dot_f64_heads = dot_f64_heads_c,
+    .pv_f64_heads = pv_f64_heads_c,
 };

@@ -36,72 +36,82 @@ struct attn_job {
  * (errata 4) for P·V, the denominator keeps the fp32 values, and the sink joins the
  * denominator at the end. Block sums are carried in double and rounded once, like the
  * reference's. Every head's arithmetic is its own (the heads of a row only share the list),
- * so the result does not depend on how heads are grouped. Packed rows (the session state,
- * s->vis_packed) are unpacked once per block for all the group's heads: the same fp32 rows,
- * bit for bit.
+ * so the result does not depend on how heads are grouped: the scores and P·V of
+ * DSV4_ATTN_HG heads at a time go through the heads kernels, which load each key once for
+ * all of them. Packed rows (the session state, s->vis_packed) are unpacked once per block
+ * for all the group's heads: the same fp32 rows, bit for bit.
  */
 static void attend_heads(dsv4_session *s, int r, int h0, int h1, const float *sink, float *tmp)
 {
     const struct dsv4_config *c = &s->e->cfg;
     int D = c->head_dim, nv = s->s.nvis[r], nh = h1 - h0;
     const void **vis = s->s.vis + (size_t)r * vis_stride(s);
-    double *pv = (double *)(void *)tmp;
-    float *sc = tmp + 2 * D, *blk = sc + 64, *acc = blk + (size_t)64 * D;
-    float *m = acc + (size_t)nh * D, *l = m + nh;
-    const float *kr[64];
+    double *pv = (double *)(void *)tmp, *dots = pv + (size_t)DSV4_ATTN_HG * D;
+    float *pf = (float *)(void *)(dots + DSV4_ATTN_HG * 64), *blk = pf + DSV4_ATTN_HG * 64;
+    float *acc = blk + (size_t)64 * D, *m = acc + (size_t)nh * D, *l = m + nh;
+    const float *kk[64];
     float scale = (float)c->attn_scale;
+    const float *q0 = s->s.q + ((size_t)r * c->n_heads + h0) * D;
     memset(acc, 0, (size_t)nh * D * sizeof(float));
     for (int i = 0; i < nh; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
     for (int b0 = 0; b0 < nv; b0 += 64) {
-        int b1 = DSV4_MIN(nv, b0 + 64);
+        int b1 = DSV4_MIN(nv, b0 + 64), nk = 0;
+        /* the block's rows that exist, in list order */
         for (int j = b0; j < b1; j++) {
             const float *k = vis[j];
-            if (k && s->vis_packed) {
-                kv_row_unpack(c, vis[j], blk + (size_t)(j - b0) * D);
-                k = blk + (size_t)(j - b0) * D;
-            }
-            kr[j - b0] = k;
-        }
-        /* the block's rows that exist, for dot_f64_many */
-        const float *kk[64];
-        int jj[64], nk = 0;
-        for (int j = 0; j < b1 - b0; j++)
-            if (kr[j]) {
-                kk[nk] = kr[j];
-                jj[nk++] = j;
-            }
-        for (int hi = 0; hi < nh; hi++) {
-            const float *q = s->s.q + ((size_t)r * c->n_heads + h0 + hi) * D;
-            float *ah = acc + (size_t)hi * D;
-            float bm = m[hi];
-            double dots[64];
-            dsv4_dot_f64_many(q, kk, (size_t)nk, (size_t)D, dots);
-            for (int j = 0; j < b1 - b0; j++)
-                sc[j] = -INFINITY;
-            for (int t = 0; t < nk; t++) {
-                sc[jj[t]] = (float)dots[t] * scale;
-                bm = fmaxf(bm, sc[jj[t]]);
-            }
-            if (bm == -INFINITY)
+            if (!k)
                 continue;
-            float alpha = (float)exp((double)(m[hi] - bm));
-            double bsum = 0.0;
-            memset(pv, 0, (size_t)D * sizeof(double));
-            for (int j = 0; j < b1 - b0; j++) {
-                const float *kv = kr[j];
-                if (!kv)
-                    continue;
-                float p = (float)exp((double)(sc[j] - bm));
-                bsum += p;
-                dsv4_axpy_f64(pv, dsv4_bf16_round(p), kv, (size_t)D);
+            if (s->vis_packed) {
+                kv_row_unpack(c, vis[j], blk + (size_t)nk * D);
+                k = blk + (size_t)nk * D;
             }
-            l[hi] = l[hi] * alpha + (float)bsum;
-            for (int k = 0; k < D; k++)
-                ah[k] = ah[k] * alpha + (float)pv[k];
-            m[hi] = bm;
+            kk[nk++] = k;
+        }
+        if (nk == 0)
+            continue;
+        for (int g0 = 0; g0 < nh; g0 += DSV4_ATTN_HG) {
+            int ng = DSV4_MIN(DSV4_ATTN_HG, nh - g0);
+            bool live[DSV4_ATTN_HG];
+            double bsum[DSV4_ATTN_HG];
+            float alpha[DSV4_ATTN_HG];
+            dsv4_dot_f64_heads(q0 + (size_t)g0 * D, (size_t)D, (size_t)ng, kk, (size_t)nk,
+                               (size_t)D, dots);
+            for (int g = 0; g < ng; g++) {
+                int hi = g0 + g;
+                float *sc = pf + (size_t)g * nk, bm = m[hi];
+                for (int t = 0; t < nk; t++) {
+                    sc[t] = (float)dots[(size_t)g * nk + t] * scale;
+                    bm = fmaxf(bm, sc[t]);
+                }
+                live[g] = bm != -INFINITY;
+                if (!live[g]) {
+                    memset(sc, 0, (size_t)nk * sizeof(float));
+                    continue;
+                }
+                alpha[g] = (float)exp((double)(m[hi] - bm));
+                bsum[g] = 0.0;
+                for (int t = 0; t < nk; t++) {
+                    float p = (float)exp((double)(sc[t] - bm));
+                    bsum[g] += p;
+                    sc[t] = dsv4_bf16_round(p);
+                }
+                m[hi] = bm;
+            }
+            dsv4_pv_f64_heads(pf, (size_t)nk, (size_t)ng, kk, (size_t)nk, (size_t)D, pv,
+                              (size_t)D);
+            for (int g = 0; g < ng; g++) {
+                if (!live[g])
+                    continue;
+                int hi = g0 + g;
+                float *ah = acc + (size_t)hi * D;
+                const double *pg = pv + (size_t)g * D;
+                l[hi] = l[hi] * alpha[g] + (float)bsum[g];
+                for (int k = 0; k < D; k++)
+                    ah[k] = ah[k] * alpha[g] + (float)pg[k];
+            }
         }
     }
     for (int hi = 0; hi < nh; hi++) {

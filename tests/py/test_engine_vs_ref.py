@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
-"""`dsv4ctl score` against the numpy reference on a Flash-like mid-size checkpoint (head_dim 512,
-window 128, CSA with the indexer selecting, HCA ratio 128, hash and learned routing), written
+"""`dsv4ctl score` against the numpy reference on a Flash-like mid-size checkpoint (12 heads of
+512, window 128, CSA with the indexer selecting, HCA ratio 128, hash and learned routing), written
 by tools/make_tiny_model.py under the build dir. Complements test-goldens (tiny fixtures) with
 the real window/ratio/head sizes. The reference's own summation-order variants (sum_seed 1, 2)
 set the scale: the engine's |delta log p| median and p90 against the official variant must stay
@@ -36,7 +36,7 @@ if not os.path.exists(os.path.join(model, "config.json")):
         "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 512,
                          "beta_fast": 32, "beta_slow": 1},
         "vocab_size": 512, "hidden_size": 256, "num_hidden_layers": 4,
-        "compress_ratios": [0, 4, 128, 4, 0], "num_hash_layers": 1, "num_attention_heads": 4,
+        "compress_ratios": [0, 4, 128, 4, 0], "num_hash_layers": 1, "num_attention_heads": 12,
         "head_dim": 512, "qk_rope_head_dim": 64, "q_lora_rank": 128, "o_groups": 2,
         "o_lora_rank": 128, "sliding_window": 128, "index_n_heads": 4, "index_head_dim": 128,
         "index_topk": 16, "n_routed_experts": 8, "num_experts_per_tok": 3,
@@ -55,10 +55,19 @@ if not os.path.exists(os.path.join(model, "config.json")):
 N = 300   # > 2 HCA windows of 128, > 2 raw windows, 75 CSA rows >> index_topk 16
 rng = np.random.default_rng(5)
 ids = [0] + [int(x) for x in rng.integers(2, 500, N - 1)]
-out = subprocess.run([exe, "score", "--model", model, "--prompt-ids", ",".join(map(str, ids))],
+out = subprocess.run([exe, "score", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+                      "--threads", "1"],
                      capture_output=True, text=True, check=True).stdout.strip().split("\n")
 eng_lp = np.array([float(r.split("\t")[2]) for r in out[:-1]])
 eng_am = np.array([int(r.split("\t")[1]) for r in out])
+
+# The same bits on two threads with 7-row steps: 12 heads give attention's head groups
+# (attention.c, DSV4_ATTN_HG) a second group, and a worker's share then splits a row's heads
+# 6/6, so other groups and kernel tiles than the one-thread run's.
+split = subprocess.run([exe, "score", "--model", model, "--prompt-ids", ",".join(map(str, ids)),
+                        "--threads", "2", "--chunk", "7"],
+                       capture_output=True, text=True, check=True).stdout.strip().split("\n")
+assert split == out, "score differs between 1 thread / default steps and 2 threads / 7 rows"
 
 
 def run(v):

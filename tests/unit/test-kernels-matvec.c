@@ -863,6 +863,89 @@ static void test_dot_f64(void **state)
     free(kb);
 }
 
+/*
+ * The heads forms: scores and P·V of several heads against the same keys, every shape of
+ * the twins' tiles (heads and keys around their tile and block sizes, lengths around 8 and
+ * the q chunk), against dot_doc and the P·V order written out here. P values are bf16 (the
+ * attention's) in most rounds and any fp32 in one: a product of two fp32 is exact in
+ * double, so the twins' fused multiply-adds must give the definition's bits either way.
+ */
+static void test_attn_heads(void **state)
+{
+    select_twin(state);
+    static const size_t hs[] = {1, 2, 3, 4, 5, 8, 9};
+    static const size_t ks[] = {0, 1, 2, 3, 4, 5, 7, 63, 64, 65, 70, 130};
+    static const size_t lens[] = {0, 1, 7, 8, 9, 31, 32, 33, 127, 128, 136, 257, 512};
+    enum { HMAX = 9, KMAX = 130, NMAX = 512 };
+    float *q = malloc(HMAX * (NMAX + 3) * sizeof(float));
+    float *kb = malloc(KMAX * NMAX * sizeof(float)), *p = malloc(HMAX * (KMAX + 2) * sizeof(float));
+    double *out = malloc(HMAX * KMAX * sizeof(double)), *y = malloc(HMAX * (NMAX + 5) * sizeof(double));
+    const float *k[KMAX];
+    for (int round = 0; round < 4; round++) {
+        const size_t ldq = NMAX + 3, ldp = KMAX + 2, ldy = NMAX + 5;
+        for (size_t i = 0; i < HMAX * ldq; i++)
+            q[i] = rnd_f(1.0f) * (round == 1 ? ldexpf(1.0f, (int)(rnd() % 60) - 30) : 1.0f);
+        for (size_t i = 0; i < (size_t)KMAX * NMAX; i++)
+            kb[i] = rnd_f(2.0f) * (round == 1 ? ldexpf(1.0f, (int)(rnd() % 60) - 30) : 1.0f);
+        for (size_t i = 0; i < HMAX * ldp; i++) {
+            float v = (float)(rnd() >> 40) * 0x1p-24f; /* a probability */
+            p[i] = round == 3 ? rnd_f(3.0f) / 7.0f : dsv4_bf16_round(v);
+        }
+        if (round == 2) { /* specials: inf · 0, NaN, tiny and huge values, zero rows */
+            q[ldq + 5] = INFINITY;
+            kb[3 * NMAX + 7] = NAN;
+            kb[4 * NMAX + 9] = 0x1p-149f;
+            kb[5 * NMAX + 2] = 0x1p127f;
+            q[2 * ldq + 2] = 0x1p127f;
+            p[ldp + 3] = 0.0f;
+            kb[3 * NMAX + 8] = INFINITY;
+            for (size_t i = 0; i < NMAX; i++)
+                kb[6 * NMAX + i] = -0.0f;
+        }
+        /* keys in shuffled order, as the attention's lists point anywhere */
+        for (size_t j = 0; j < KMAX; j++)
+            k[j] = kb + ((j * 37) % KMAX) * NMAX;
+        for (size_t hi = 0; hi < sizeof hs / sizeof hs[0]; hi++)
+            for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
+                for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                    const size_t nh = hs[hi], nk = ks[ki], n = lens[li];
+                    under_test->dot_f64_heads(q, ldq, nh, k, nk, n, out);
+                    for (size_t h = 0; h < nh; h++)
+                        for (size_t j = 0; j < nk; j++) {
+                            double ref = dot_doc(q + h * ldq, k[j], n);
+                            if (!same_f64(out[h * nk + j], ref))
+                                fail_msg("%s dot_heads round %d nh=%zu nk=%zu n=%zu (%zu,%zu): "
+                                         "%.17g != %.17g", under_test->name, round, nh, nk, n,
+                                         h, j, out[h * nk + j], ref);
+                        }
+                    for (size_t i = 0; i < HMAX * ldy; i++)
+                        y[i] = 12345.0; /* every element must be written */
+                    under_test->pv_f64_heads(p, ldp, nh, k, nk, n, y, ldy);
+                    for (size_t h = 0; h < nh; h++)
+                        for (size_t i = 0; i < n; i++) {
+                            double ref = 0.0;
+                            for (size_t j = 0; j < nk; j++)
+                                ref = ref + (double)p[h * ldp + j] * (double)k[j][i];
+                            if (!same_f64(y[h * ldy + i], ref))
+                                fail_msg("%s pv_heads round %d nh=%zu nk=%zu n=%zu (%zu,%zu): "
+                                         "%.17g != %.17g", under_test->name, round, nh, nk, n,
+                                         h, i, y[h * ldy + i], ref);
+                        }
+                    /* nothing beyond the heads' n values is touched */
+                    for (size_t h = 0; h < HMAX; h++)
+                        for (size_t i = 0; i < ldy; i++)
+                            if ((h >= nh || i >= n) && y[h * ldy + i] != 12345.0)
+                                fail_msg("%s pv_heads wrote (%zu,%zu) outside nh=%zu n=%zu",
+                                         under_test->name, h, i, nh, n);
+                }
+    }
+    free(q);
+    free(kb);
+    free(p);
+    free(out);
+    free(y);
+}
+
 /* ---- BF16 ---- */
 
 static void test_bf16_random_shapes(void **state)
@@ -1077,6 +1160,7 @@ int main(void)
         {"bf16_random_shapes", test_bf16_random_shapes},
         {"bf16_special", test_bf16_special},
         {"dot_f64", test_dot_f64},
+        {"attn_heads", test_attn_heads},
         {"index_scores", test_index_scores},
     };
     enum { NT = sizeof per_twin / sizeof per_twin[0] };
