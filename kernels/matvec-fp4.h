@@ -729,7 +729,7 @@ static void fp4_xperm(const float *x, uint32_t nb, float *X, size_t np, size_t n
  * chunk of X stays in L1 for the whole row block.
  */
 INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t r1,
-                        const float *X, size_t np, float *y, size_t ldy, uint32_t yoff)
+                        const float *X, size_t np, float *y, size_t ldy)
 {
     const uint32_t nb = w->cols / 32, npair = (nb + 1) / 2;
     __m512 accm[FP4_FRB][FP4_FNX];
@@ -774,7 +774,7 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         for (int n = 0; n < NX; n++) {
             float a[16] __attribute__((aligned(64)));
             _mm512_store_ps(a, accm[r][n]);
-            y[(size_t)n * ldy + (r0 - yoff) + r] = dsv4_lane_reduce(a);
+            y[(size_t)n * ldy + r0 + r] = dsv4_lane_reduce(a);
         }
 }
 
@@ -875,7 +875,7 @@ INLINE void fp4_wdec_b(const uint8_t *p, int odd, __m512i *wa, __m512i *wb)
 
 /* fp4_block_f over the bf16 X */
 INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t r1,
-                        const uint16_t *X, size_t np, float *y, size_t ldy, uint32_t yoff)
+                        const uint16_t *X, size_t np, float *y, size_t ldy)
 {
     const uint32_t nb = w->cols / 32, npair = (nb + 1) / 2;
     __m512 accm[FP4_FRB][FP4_FNX];
@@ -919,24 +919,30 @@ INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         for (int n = 0; n < NX; n++) {
             float a[16] __attribute__((aligned(64)));
             _mm512_store_ps(a, accm[r][n]);
-            y[(size_t)n * ldy + (r0 - yoff) + r] = dsv4_lane_reduce(a);
+            y[(size_t)n * ldy + r0 + r] = dsv4_lane_reduce(a);
         }
 }
 #endif
 
-/* the float path for nx rows: permuted in passes of FP4_NXP, in groups of 4, 8, 12 or
- * 16 rows (a group of fewer rows pads with zero rows whose outputs are dropped);
- * returns 0 without memory (the caller runs the integer path) */
-/* one row block of fp4_block_f or fp4_block_b for ng (4, 8, 12 or 16) rows */
-#define FP4_BLOCK_NG(F, ng, w, r0, r1, X, np, yb, ld, yoff)                                        \
+/* the float path for nx ≥ FP4_F_FROM rows: permuted in passes of near-equal size, at most
+ * FP4_NXP rows (so 8 to 16 rows: nx ÷ ⌈nx / 16⌉ ≥ 8), each pass one row-block tile of exactly
+ * its rows (until 2026-12-05 passes of 16 and a remainder, padded to 4, 8, 12 or 16 rows:
+ * 17 rows cost 16 + 4); returns 0 without memory (the caller runs the integer path) */
+#define FP4_BLOCK_NG(F, ng, w, r0, r1, X, np, yb, ld)                                              \
     do {                                                                                           \
         switch (ng) {                                                                              \
-        case 4: F(4, w, r0, r1, X, np, yb, ld, yoff); break;                                     \
-        case 8: F(8, w, r0, r1, X, np, yb, ld, yoff); break;                                     \
-        case 12: F(12, w, r0, r1, X, np, yb, ld, yoff); break;                                   \
-        default: F(16, w, r0, r1, X, np, yb, ld, yoff); break;                                   \
+        case 8: F(8, w, r0, r1, X, np, yb, ld); break;                                        \
+        case 9: F(9, w, r0, r1, X, np, yb, ld); break;                                        \
+        case 10: F(10, w, r0, r1, X, np, yb, ld); break;                                      \
+        case 11: F(11, w, r0, r1, X, np, yb, ld); break;                                      \
+        case 12: F(12, w, r0, r1, X, np, yb, ld); break;                                      \
+        case 13: F(13, w, r0, r1, X, np, yb, ld); break;                                      \
+        case 14: F(14, w, r0, r1, X, np, yb, ld); break;                                      \
+        case 15: F(15, w, r0, r1, X, np, yb, ld); break;                                      \
+        default: F(16, w, r0, r1, X, np, yb, ld); break;                                      \
         }                                                                                          \
     } while (0)
+_Static_assert(FP4_F_FROM == 8 && FP4_NXP == 16 && FP4_FNX == 16, "fp4_matvec_f's tile sizes");
 
 static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
                         size_t ldy, uint32_t row_begin, uint32_t row_end)
@@ -945,62 +951,42 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
     const size_t nchunk = (npair + FP4_KCP - 1) / FP4_KCP;
     const size_t np = FP4_NXP;
     float *X = aligned_alloc(64, nchunk * np * FP4_KCP * 64 * sizeof(float));
-    float *ypad = malloc((size_t)FP4_NXP * FP4_FRB * sizeof(float));
 #ifdef FP4_BF16
     const size_t nchunkb = (npair + FP4_KCPB - 1) / FP4_KCPB;
     uint16_t *Xb = aligned_alloc(64, nchunkb * np * FP4_KCPB * 64 * sizeof(uint16_t));
 #else
     uint16_t *Xb = NULL;
 #endif
-    if (!X || !ypad) {
+    if (!X || nx < FP4_F_FROM) {
         free(X);
-        free(ypad);
         free(Xb);
         return 0;
     }
-    for (size_t n0 = 0; n0 < nx; n0 += FP4_NXP) {
-        const size_t nc = nx - n0 < FP4_NXP ? nx - n0 : FP4_NXP, ng = (nc + 3) & ~(size_t)3;
+    const size_t passes = (nx + FP4_NXP - 1) / FP4_NXP;
+    for (size_t pi = 0, n0 = 0; pi < passes; pi++) {
+        /* pass pi takes ⌊nx / passes⌋ rows, one more while the remainder lasts */
+        const size_t nc = nx / passes + (pi < nx % passes);
         /* the pass in bf16 when every row qualifies, else in fp32 */
         int bf = Xb != NULL;
 #ifdef FP4_BF16
-        for (size_t n = 0; bf && n < ng; n++) {
-            if (n < nc) {
-                bf = fp4_xprep_b(x + (n0 + n) * w->cols, nb, Xb, np, n);
-                continue;
-            }
-            for (uint32_t pr = 0; pr < npair; pr++)
-                memset(fp4_xbat(Xb, np, pr, n), 0, 64 * sizeof(uint16_t));
-        }
+        for (size_t n = 0; bf && n < nc; n++)
+            bf = fp4_xprep_b(x + (n0 + n) * w->cols, nb, Xb, np, n);
 #endif
-        for (size_t n = 0; !bf && n < ng; n++) {
-            if (n < nc) {
-                fp4_xperm(x + (n0 + n) * w->cols, nb, X, np, n);
-                continue;
-            }
-            for (uint32_t pr = 0; pr < npair; pr++)
-                memset(fp4_xat(X, np, pr, n), 0, 64 * sizeof(float));
-        }
+        for (size_t n = 0; !bf && n < nc; n++)
+            fp4_xperm(x + (n0 + n) * w->cols, nb, X, np, n);
         for (uint32_t r0 = row_begin; r0 < row_end; r0 += FP4_FRB) {
             const uint32_t r1 = row_end - r0 < FP4_FRB ? row_end : r0 + FP4_FRB;
-            /* with padded rows the block writes to ypad (row r0 at 0), else straight to y */
-            const int pad = ng != nc;
-            float *yb = pad ? ypad : y + n0 * ldy;
-            const size_t ld = pad ? FP4_FRB : ldy;
-            const uint32_t yoff = pad ? r0 : 0;
+            float *yb = y + n0 * ldy;
 #ifdef FP4_BF16
             if (bf)
-                FP4_BLOCK_NG(fp4_block_b, ng, w, r0, r1, Xb, np, yb, ld, yoff);
+                FP4_BLOCK_NG(fp4_block_b, nc, w, r0, r1, Xb, np, yb, ldy);
             else
 #endif
-                FP4_BLOCK_NG(fp4_block_f, ng, w, r0, r1, X, np, yb, ld, yoff);
-            if (pad)
-                for (size_t n = 0; n < nc; n++)
-                    memcpy(y + (n0 + n) * ldy + r0, ypad + n * FP4_FRB,
-                           (r1 - r0) * sizeof(float));
+                FP4_BLOCK_NG(fp4_block_f, nc, w, r0, r1, X, np, yb, ldy);
         }
+        n0 += nc;
     }
     free(X);
-    free(ypad);
     free(Xb);
     return 1;
 }
