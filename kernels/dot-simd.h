@@ -50,6 +50,12 @@ INLINE double dot_finish_z(__m512d c, const float *a, const float *b, size_t i, 
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+/* dot_finish_z over a vd8 of chains (the heads form) */
+INLINE double vd8_finish(vd8 c, const float *a, const float *b, size_t i, size_t n)
+{
+    return dot_finish_z(c, a, b, i, n);
+}
+
 static double dot_f64_simd(const float *a, const float *b, size_t n)
 {
     __m512d c = _mm512_setzero_pd();
@@ -141,6 +147,12 @@ INLINE double dot_finish(__m256d c0, __m256d c1, const float *a, const float *b,
     for (; i < n; i++)
         acc[0] += (double)a[i] * b[i];
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* dot_finish over a vd8 of chains (the heads form) */
+INLINE double vd8_finish(vd8 c, const float *a, const float *b, size_t i, size_t n)
+{
+    return dot_finish(c.lo, c.hi, a, b, i, n);
 }
 
 static double dot_f64_simd(const float *a, const float *b, size_t n)
@@ -263,14 +275,10 @@ static void dot_f64_heads_simd(const float *q, size_t ldq, size_t nh, const floa
             }
             /* the tail into chain 0, then the definition's fold */
             for (size_t j = 0; j < jn; j++)
-                for (size_t h = 0; h < ht; h++) {
-                    double *c = acc + (j * DOT_HT + h) * 8;
-                    const float *qh = q + (h0 + h) * ldq, *kk = k[j0 + j];
-                    for (size_t i = n8; i < n; i++)
-                        c[0] += (double)qh[i] * kk[i];
+                for (size_t h = 0; h < ht; h++)
                     out[(h0 + h) * nk + j0 + j] =
-                        ((c[0] + c[4]) + (c[1] + c[5])) + ((c[2] + c[6]) + (c[3] + c[7]));
-                }
+                        vd8_finish(vd8_load(acc + (j * DOT_HT + h) * 8), q + (h0 + h) * ldq,
+                                   k[j0 + j], n8, n);
         }
     }
 }
