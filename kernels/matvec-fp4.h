@@ -40,7 +40,12 @@
 #define FP4_FNX 16
 #define FP4_FRB 16
 #define FP4_KCP 8
+#ifdef FP4_BF16
+#define FP4_F_FROM 4 /* bf16 passes from 4 rows: 1.03-1.3x the integer tiles at 4-7 rows */
+#else
 #define FP4_F_FROM 8
+#endif
+#define FP4_F32_FROM 8 /* fp32 passes from 8 rows (at 4-7 the integer tiles are 1.1-1.4x) */
 /* segments ahead that the block tiles prefetch (fp4_seg_ahead; 1-6 measured alike) */
 #define FP4_PF_AHEAD 2
 #else
@@ -962,12 +967,17 @@ INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
 #endif
 
 /* the float path for nx ≥ FP4_F_FROM rows: permuted in passes of near-equal size, at most
- * FP4_NXP rows (so 8 to 16 rows: nx ÷ ⌈nx / 16⌉ ≥ 8), each pass one row-block tile of exactly
- * its rows (until 2026-12-05 passes of 16 and a remainder, padded to 4, 8, 12 or 16 rows:
- * 17 rows cost 16 + 4); returns 0 without memory (the caller runs the integer path) */
+ * FP4_NXP rows (so 8 to 16 rows: nx ÷ ⌈nx / 16⌉ ≥ 8, or one pass of 4-7), each pass one
+ * row-block tile of exactly its rows (until 2026-12-05 passes of 16 and a remainder, padded
+ * to 4, 8, 12 or 16 rows: 17 rows cost 16 + 4); returns 0 without memory, or for fewer than
+ * FP4_F32_FROM rows that are not all bf16-exact (the caller runs the integer path) */
 #define FP4_BLOCK_NG(F, ng, w, r0, r1, X, np, yb, ld)                                              \
     do {                                                                                           \
         switch (ng) {                                                                              \
+        case 4: F(4, w, r0, r1, X, np, yb, ld); break;                                        \
+        case 5: F(5, w, r0, r1, X, np, yb, ld); break;                                        \
+        case 6: F(6, w, r0, r1, X, np, yb, ld); break;                                        \
+        case 7: F(7, w, r0, r1, X, np, yb, ld); break;                                        \
         case 8: F(8, w, r0, r1, X, np, yb, ld); break;                                        \
         case 9: F(9, w, r0, r1, X, np, yb, ld); break;                                        \
         case 10: F(10, w, r0, r1, X, np, yb, ld); break;                                      \
@@ -979,7 +989,8 @@ INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         default: F(16, w, r0, r1, X, np, yb, ld); break;                                      \
         }                                                                                          \
     } while (0)
-_Static_assert(FP4_F_FROM == 8 && FP4_NXP == 16 && FP4_FNX == 16, "fp4_matvec_f's tile sizes");
+_Static_assert(FP4_F_FROM >= 4 && FP4_F32_FROM == 8 && FP4_NXP == 16 && FP4_FNX == 16,
+               "fp4_matvec_f's tile sizes");
 
 static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t nx, float *y,
                         size_t ldy, uint32_t row_begin, uint32_t row_end)
@@ -1009,6 +1020,11 @@ static int fp4_matvec_f(const struct dsv4_fp4_weight *w, const float *x, size_t 
         for (size_t n = 0; bf && n < nc; n++)
             bf = fp4_xprep_b(x + (n0 + n) * w->cols, nb, Xb, np, n);
 #endif
+        if (!bf && nx < FP4_F32_FROM) { /* one pass, nothing written yet */
+            free(X);
+            free(Xb);
+            return 0;
+        }
         for (size_t n = 0; !bf && n < nc; n++)
             fp4_xperm(x + (n0 + n) * w->cols, nb, X, np, n);
         for (uint32_t r0 = row_begin; r0 < row_end; r0 += FP4_FRB) {
