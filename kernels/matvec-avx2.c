@@ -62,6 +62,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
 
 /* Software prefetch into L2 of the same place in the next tile (R rows on). */
 #define PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define PREFETCH_T0(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 /* 16 ymm registers: a direct tile holds R1 × nx × 2 accumulators, a buffered
  * one R × NX (one half per pass) */

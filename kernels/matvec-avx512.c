@@ -60,6 +60,7 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
  * the hardware streamers alone left the FP8 tiles at about half the rate
  * they reach on cached data. */
 #define PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
+#define PREFETCH_T0(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 
 /* 32 zmm registers: a direct tile holds R1 × nx accumulators, a buffered one
  * R × NX; 4 rows measured faster than 8 for single-row FP8 calls. FP8 calls of

@@ -40,7 +40,7 @@
  *   TILE_NXD           activation rows of a direct-path register tile (<= 4)
  *   TILE_BUF_FROM, TILE_BUF_FROM_FP8  activation rows from which the buffered path runs
  *   TILE_NXC           activation rows per FP8 pass (the weights are decoded once per pass)
- *   PREFETCH_T1(p)
+ *   PREFETCH_T1(p), PREFETCH_T0(p)
  */
 #ifndef VL
 #error "define the vector primitives before including matvec-tile.h"
@@ -443,6 +443,10 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                 const int rr = tl * R + r;
                 for (uint32_t u = 0; u < m; u += 64)
                     PREFETCH_T1(wr[rr] + k0 + u + (size_t)RB * cols);
+                /* and this row's next block into L1: the decode's loads had waited for
+                 * L2 (a sixth of the call's own time at 32 rows, perf 2026-12-05) */
+                for (uint32_t u = 0; kb + 1 < kblocks && u < B; u += 64)
+                    PREFETCH_T0(wr[rr] + k0 + B + u);
                 if (CHECK)
                     nan_row[rr] |= fp8_nan(wr[rr] + k0, m);
                 raw[r] = (struct wrow){wr[rr], w->scale + (size_t)((i0 + rr) / B) * kblocks + kb};
