@@ -734,17 +734,18 @@ static void fp4_xperm(const float *x, uint32_t nb, float *X, size_t np, size_t n
  * row, the rows in turn, then the next chunk. The hardware prefetchers do not follow that
  * walk: a 12-row bf16 call at 16 pairs a chunk spent a third of its time waiting for the
  * first load of each pair (perf, 2026-12-05). So each segment prefetches the segment
- * FP4_PF_AHEAD on in the walk, a pair's 32 bytes per pair (w1 at 12 rows: 1.75 → 1.08 ms);
- * returns its start, or NULL past the last one.
+ * FP4_PF_AHEAD on in the walk: its scales here, its weights a pair's 32 bytes per pair by the
+ * caller (w1 at 12 rows: 1.75 → 1.08 ms). Returns the segment's weights, or NULL past the
+ * last segment.
  */
 INLINE const uint8_t *fp4_seg_ahead(const struct dsv4_fp4_weight *w, uint32_t r0, uint32_t nr,
-                                    uint32_t c0, uint32_t r, uint32_t kcp, uint32_t npair,
-                                    const uint8_t **scale)
+                                    uint32_t c0, uint32_t r, uint32_t kcp, uint32_t npair)
 {
     const uint32_t ra = (r + FP4_PF_AHEAD) % nr, ca = c0 + (r + FP4_PF_AHEAD) / nr * kcp;
     if (ca >= npair)
         return NULL;
-    *scale = w->scale + (size_t)(r0 + ra) * (w->cols / 32) + 2 * (size_t)ca;
+    _mm_prefetch((const char *)(w->scale + (size_t)(r0 + ra) * (w->cols / 32) + 2 * (size_t)ca),
+                 _MM_HINT_T0);
     return w->w + (size_t)(r0 + ra) * (w->cols / 2) + (size_t)ca * 32;
 }
 
@@ -768,10 +769,7 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         for (uint32_t r = 0; r < r1 - r0; r++) {
             const uint8_t *wr = w->w + (size_t)(r0 + r) * (w->cols / 2);
             const uint8_t *sr = w->scale + (size_t)(r0 + r) * nb;
-            const uint8_t *pfs = NULL;
-            const uint8_t *pfw = fp4_seg_ahead(w, r0, r1 - r0, c0, r, FP4_KCP, npair, &pfs);
-            if (pfw)
-                _mm_prefetch((const char *)pfs, _MM_HINT_T0);
+            const uint8_t *pfw = fp4_seg_ahead(w, r0, r1 - r0, c0, r, FP4_KCP, npair);
             __m512 acc[FP4_FNX];
             for (int n = 0; n < NX; n++)
                 acc[n] = accm[r][n];
@@ -922,10 +920,7 @@ INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
         for (uint32_t r = 0; r < r1 - r0; r++) {
             const uint8_t *wr = w->w + (size_t)(r0 + r) * (w->cols / 2);
             const uint8_t *sr = w->scale + (size_t)(r0 + r) * nb;
-            const uint8_t *pfs = NULL;
-            const uint8_t *pfw = fp4_seg_ahead(w, r0, r1 - r0, c0, r, FP4_KCPB, npair, &pfs);
-            if (pfw)
-                _mm_prefetch((const char *)pfs, _MM_HINT_T0);
+            const uint8_t *pfw = fp4_seg_ahead(w, r0, r1 - r0, c0, r, FP4_KCPB, npair);
             __m512 acc[FP4_FNX];
             for (int n = 0; n < NX; n++)
                 acc[n] = accm[r][n];

@@ -445,7 +445,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                     PREFETCH_T1(wr[rr] + k0 + u + (size_t)RB * cols);
                 /* and this row's next block into L1: the decode's loads had waited for
                  * L2 (a sixth of the call's own time at 32 rows, perf 2026-12-05) */
-                for (uint32_t u = 0; kb + 1 < kblocks && u < B; u += 64)
+                for (uint32_t u = 0; kb + 1 < kblocks && u < B && k0 + B + u < cols; u += 64)
                     PREFETCH_T0(wr[rr] + k0 + B + u);
                 if (CHECK)
                     nan_row[rr] |= fp8_nan(wr[rr] + k0, m);
