@@ -60,6 +60,29 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[2])
     out[1] = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16));
 }
 
+/* dsv4_lane_reduce of the 16 lanes at acc + r·stride for r = 0..7 into y[0..7], the
+ * definition's additions in its order ((j, j + 8) is the two halves, then + 4, + 2, + 1; each
+ * addition's first operand the lower lane), several outputs per vector: 15 additions and 15
+ * shuffles for the eight where the scalar reduction takes 15 additions each */
+#define LANE_REDUCE8 1
+INLINE void lane_reduce8(const float *acc, size_t stride, float *y)
+{
+    __m256 v[8], s[4], t[2];
+    for (int r = 0; r < 8; r++) /* output r's v_j = a_j + a_(j+8) */
+        v[r] = _mm256_add_ps(_mm256_loadu_ps(acc + r * stride), _mm256_loadu_ps(acc + r * stride + 8));
+    for (int i = 0; i < 4; i++) /* lanes 0-3: output 2i's v_j + v_(j+4); 4-7: output 2i + 1's */
+        s[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    /* per 128-bit half h: outputs 4i + h's (v_0 + v_2, v_1 + v_3), then 4i + 2 + h's */
+    for (int i = 0; i < 2; i++)
+        t[i] = _mm256_add_ps(_mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* v_0 + v_1 of outputs 0, 2, 4, 6 | 1, 3, 5, 7 */
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm256_storeu_ps(y, _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 /* Software prefetch into L2 of the same place in the next tile (R rows on). */
 #define PREFETCH_T1(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #define PREFETCH_T0(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)

@@ -56,6 +56,35 @@ INLINE void bf16_dec16(const uint16_t *p, vf out[1])
     out[0] = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
 }
 
+/* dsv4_lane_reduce of the 16 lanes at acc + r·stride for r = 0..7, the eight results to
+ * y[0..7], the definition's additions in its order ((j, j + 8), then + 4, + 2, + 1; each
+ * addition's first operand the lower lane) with two outputs' lanes per vector: 16 shuffles
+ * and 8 additions where the scalar reduction takes 15 additions per output and extracts
+ * its lanes one by one */
+#define LANE_REDUCE8 1
+INLINE void lane_reduce8(const float *acc, size_t stride, float *y)
+{
+    __m512 s[4], t[2];
+    for (int i = 0; i < 4; i++) {
+        const __m512 a = _mm512_loadu_ps(acc + 2 * i * stride);
+        const __m512 b = _mm512_loadu_ps(acc + (2 * i + 1) * stride);
+        /* lanes 0-7: output 2i's v_j = a_j + a_(j+8); lanes 8-15: output 2i + 1's */
+        s[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    for (int i = 0; i < 2; i++) /* lanes 4q..4q+3: output 4i + q's v_j + v_(j+4), j < 4 */
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* per 128-bit lane q: output q's v_0 + v_2, v_1 + v_3, then output q + 4's */
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_ps(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* outputs 0..7: v_0 + v_1 */
+    const __m512i i0 = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i i1 = _mm512_setr_epi32(1, 5, 9, 13, 3, 7, 11, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512 r = _mm512_add_ps(_mm512_permutexvar_ps(i0, u), _mm512_permutexvar_ps(i1, u));
+    _mm256_storeu_ps(y, _mm512_castps512_ps256(r));
+}
+
 /* Software prefetch into L2 of the same place in the next tile (R rows on):
  * the hardware streamers alone left the FP8 tiles at about half the rate
  * they reach on cached data. */

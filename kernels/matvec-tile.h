@@ -41,6 +41,8 @@
  *   TILE_BUF_FROM, TILE_BUF_FROM_FP8  activation rows from which the buffered path runs
  *   TILE_NXC           activation rows per FP8 pass (the weights are decoded once per pass)
  *   PREFETCH_T1(p), PREFETCH_T0(p)
+ * Optional: LANE_REDUCE8 and lane_reduce8(acc, stride, y): dsv4_lane_reduce of 8 outputs'
+ *   accumulators stride floats apart, at once, into y[0..7]
  */
 #ifndef VL
 #error "define the vector primitives before including matvec-tile.h"
@@ -77,6 +79,29 @@ struct wrow {
     const void *p;       /* the raw row */
     const uint8_t *e;    /* FP8: the block's scale byte */
 };
+
+/* an FP8 block's factors per weight row of a tile, found once per block (not per register
+ * tile; no call to dsv4_e8m0_to_f32 while accumulators are live, which made GCC spill them):
+ * acc = fma(P, sc, acc) where fast, else fma(P·256, sc, acc) */
+struct bfac {
+    float sc[RMAX];
+    int fast[RMAX];
+};
+
+/* a pass's activation rows split into register tiles of as equal sizes as TILE_NX allows
+ * (16 rows: 6, 5, 5, not 6, 6, 4), found once per call */
+struct split {
+    int nt;
+    int k[NXC];
+};
+
+static inline struct split split_rows(size_t nc)
+{
+    struct split sp = {.nt = (int)((nc + TILE_NX - 1) / TILE_NX)};
+    for (int i = 0; i < sp.nt; i++)
+        sp.k[i] = (int)(nc / (size_t)sp.nt + ((size_t)i < nc % (size_t)sp.nt));
+    return sp;
+}
 
 /* 16 consecutive weights of row `w` at column k */
 INLINE void wdec16(const int SRC, const struct wrow *w, uint32_t k, vf out[NH])
@@ -146,16 +171,8 @@ INLINE void mac_tile(const int SRC, const int MODE, const int R, const int NX,
  * [0, len). MODE_BLK(0): the block scale bytes in e[r].
  */
 INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, const float *xb,
-                    uint32_t len, const uint8_t *const *e, float *acc)
+                    uint32_t len, const struct bfac *bf, float *acc)
 {
-    /* the block factors first: no call (dsv4_e8m0_to_f32) while the accumulators are live,
-     * which made GCC spill and reload all of them */
-    float sc[RMAX];
-    int fast[RMAX];
-    for (int r = 0; r < R && MODE != MODE_ACC; r++) {
-        fast[r] = *e[r] <= DSV4_E8M0_FAST_MAX;
-        sc[r] = fast[r] ? dsv4_fp8_fast_scale(*e[r]) : dsv4_e8m0_to_f32(*e[r]);
-    }
     for (int h = 0; h < NH; h++) {
         vf a[RMAX][NXMAX];
         for (int r = 0; r < R; r++)
@@ -184,11 +201,11 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
                     vf_store(ar + n * 16, a[r][n]);
                 continue;
             }
-            const vf s = vf_set1(sc[r]);
+            const vf s = vf_set1(bf->sc[r]);
             for (int n = 0; n < NX; n++) {
                 const vf old = MODE == MODE_BLK0 ? vf_zero() : vf_load(ar + n * 16);
-                vf_store(ar + n * 16, fast[r] ? vf_fma(a[r][n], s, old)
-                                              : vf_fma(vf_mul(a[r][n], vf_set1(256.0f)), s, old));
+                vf_store(ar + n * 16, bf->fast[r] ? vf_fma(a[r][n], s, old)
+                                                  : vf_fma(vf_mul(a[r][n], vf_set1(256.0f)), s, old));
             }
         }
     }
@@ -198,9 +215,9 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
  * caller, GCC spilled the accumulators of the smaller tiles */
 #define MAC_BUF_FN(M, TAG, R, NX)                                                                  \
     static __attribute__((noinline)) void mac_buf_##M##_##TAG##_##NX(                              \
-        const float *wb, const float *xb, uint32_t len, const uint8_t *const *e, float *acc)       \
+        const float *wb, const float *xb, uint32_t len, const struct bfac *bf, float *acc)        \
     {                                                                                              \
-        mac_buf(M, R, NX, wb, xb, len, e, acc);                                                    \
+        mac_buf(M, R, NX, wb, xb, len, bf, acc);                                                   \
     }
 #define MAC_BUF_NX(M, TAG, R)                                                                      \
     MAC_BUF_FN(M, TAG, R, 1) MAC_BUF_FN(M, TAG, R, 2) MAC_BUF_FN(M, TAG, R, 3)                   \
@@ -213,16 +230,16 @@ _Static_assert(MODE_ACC == 0 && MODE_BLK == 1 && MODE_BLK0 == 2 && TILE_NX <= 6,
 
 #define MAC_BUF_CASE(M, TAG)                                                                       \
     switch (nx) {                                                                                  \
-    case 1: mac_buf_##M##_##TAG##_1(wb, xb, len, e, acc); return;                                 \
-    case 2: mac_buf_##M##_##TAG##_2(wb, xb, len, e, acc); return;                                 \
-    case 3: mac_buf_##M##_##TAG##_3(wb, xb, len, e, acc); return;                                 \
-    case 4: mac_buf_##M##_##TAG##_4(wb, xb, len, e, acc); return;                                 \
-    case 5: mac_buf_##M##_##TAG##_5(wb, xb, len, e, acc); return;                                 \
-    default: mac_buf_##M##_##TAG##_6(wb, xb, len, e, acc); return;                                \
+    case 1: mac_buf_##M##_##TAG##_1(wb, xb, len, bf, acc); return;                                \
+    case 2: mac_buf_##M##_##TAG##_2(wb, xb, len, bf, acc); return;                                \
+    case 3: mac_buf_##M##_##TAG##_3(wb, xb, len, bf, acc); return;                                \
+    case 4: mac_buf_##M##_##TAG##_4(wb, xb, len, bf, acc); return;                                \
+    case 5: mac_buf_##M##_##TAG##_5(wb, xb, len, bf, acc); return;                                \
+    default: mac_buf_##M##_##TAG##_6(wb, xb, len, bf, acc); return;                               \
     }
 
 INLINE void mac_buf_any(const int MODE, const int R, int nx, const float *wb, const float *xb,
-                        uint32_t len, const uint8_t *const *e, float *acc)
+                        uint32_t len, const struct bfac *bf, float *acc)
 {
     _Static_assert(TILE_R != 1, "R = 1 and R = TILE_R are separate variants");
     if (MODE == MODE_ACC && R == 1)
@@ -345,25 +362,40 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
  * column k0): the chunk decoded once into buf, then applied to all rows.
  */
 INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow *raw,
-                  const float *x, size_t nc, uint32_t k0, uint32_t len, float *acc, float *buf)
+                  const float *x, const struct split *sp, uint32_t k0, uint32_t len, float *acc,
+                  float *buf)
 {
-    const uint8_t *e[RMAX];
+    struct bfac bf;
     for (int r = 0; r < R; r++) {
         float *d = buf + (size_t)r * KC;
-        for (uint32_t t = 0; t < len; t += 16) {
-            vf v[16 / VL];
-            wdec16(SRC, &raw[r], k0 + t, v);
-            for (int h = 0; h < 16 / VL; h++)
-                vf_store(d + t + h * VL, v[h]);
+        struct wrow w = {(const uint8_t *)raw[r].p + (SRC == SRC_FP8 ? k0 : 2 * (size_t)k0),
+                         NULL};
+        /* a constant trip count for the common 128-column FP8 block: unrolled, no
+         * per-step index arithmetic */
+        if (SRC == SRC_FP8 && len == KC8)
+            for (uint32_t t = 0; t < KC8; t += 16) {
+                vf v[16 / VL];
+                wdec16(SRC, &w, t, v);
+                for (int h = 0; h < 16 / VL; h++)
+                    vf_store(d + t + h * VL, v[h]);
+            }
+        else
+            for (uint32_t t = 0; t < len; t += 16) {
+                vf v[16 / VL];
+                wdec16(SRC, &w, t, v);
+                for (int h = 0; h < 16 / VL; h++)
+                    vf_store(d + t + h * VL, v[h]);
+            }
+        if (MODE != MODE_ACC) {
+            const uint8_t e = *raw[r].e;
+            bf.fast[r] = e <= DSV4_E8M0_FAST_MAX;
+            bf.sc[r] = bf.fast[r] ? dsv4_fp8_fast_scale(e) : dsv4_e8m0_to_f32(e);
         }
-        e[r] = raw[r].e;
     }
-    /* tiles of as equal sizes as TILE_NX allows (16 rows: 6, 5, 5, not 6, 6, 4) */
-    const size_t XS = MODE == MODE_ACC ? KC : KC8, nt = (nc + TILE_NX - 1) / TILE_NX;
-    for (size_t i = 0, n = 0; i < nt; i++) {
-        const int k = (int)(nc / nt + (i < nc % nt));
-        mac_buf_any(MODE, R, k, buf, x + n * XS, len, e, acc + n * 16);
-        n += (size_t)k;
+    const size_t XS = MODE == MODE_ACC ? KC : KC8;
+    for (int i = 0, n = 0; i < sp->nt; i++) {
+        mac_buf_any(MODE, R, sp->k[i], buf, x + n * XS, len, &bf, acc + n * 16);
+        n += sp->k[i];
     }
 }
 
@@ -394,6 +426,17 @@ static float *x_pack(const float *x, size_t cols, size_t nc, uint32_t C, uint32_
 INLINE void fold(const int R, const float *acc, size_t nc, float *y, size_t ldy, uint32_t i0,
                  const int *nan_row)
 {
+#ifdef LANE_REDUCE8
+    if (R == 8) {
+        for (size_t n = 0; n < nc; n++) {
+            lane_reduce8(acc + n * 16, (size_t)NXC * 16, y + n * ldy + i0);
+            for (int r = 0; r < R && nan_row; r++)
+                if (nan_row[r])
+                    y[n * ldy + i0 + r] = NAN;
+        }
+        return;
+    }
+#endif
     for (int r = 0; r < R; r++)
         for (size_t n = 0; n < nc; n++)
             y[n * ldy + i0 + r] =
@@ -426,36 +469,41 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
     }
     float acc[RBMAX * NXC * 16] __attribute__((aligned(64)));
     float buf[RMAX * KC] __attribute__((aligned(64)));
-    const uint8_t *wr[RBMAX];
+    const uint8_t *wr[RBMAX], *er[RBMAX];
     int nan_row[RBMAX];
     for (int r = 0; r < RB; r++) {
         wr[r] = w->w + (size_t)(i0 + r) * cols;
+        er[r] = w->scale + (size_t)((i0 + r) / B) * kblocks; /* (a division per row, once) */
         nan_row[r] = 0;
         for (size_t n = 0; n < nc && !xp; n++)     /* (from the buffer: MODE_BLK0 sets it) */
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
+    const struct split sp = split_rows(nc);
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         const uint32_t k0 = kb * B, m = cols - k0 < B ? cols - k0 : B;
+        /* bytes of this row's next block */
+        const uint32_t mn = cols - k0 - m < B ? cols - k0 - m : B;
         const float *xk = xp ? xp + (size_t)kb * nc * KC8 : x + k0;
         for (int tl = 0; tl < NT; tl++) {
             struct wrow raw[RMAX];
             for (int r = 0; r < R; r++) {
                 const int rr = tl * R + r;
+                const uint8_t *p = wr[rr] + k0;
                 for (uint32_t u = 0; u < m; u += 64)
-                    PREFETCH_T1(wr[rr] + k0 + u + (size_t)RB * cols);
+                    PREFETCH_T1(p + u + (size_t)RB * cols);
                 /* and this row's next block into L1: the decode's loads had waited for
                  * L2 (a sixth of the call's own time at 32 rows, perf 2026-12-05) */
-                for (uint32_t u = 0; kb + 1 < kblocks && u < B && k0 + B + u < cols; u += 64)
-                    PREFETCH_T0(wr[rr] + k0 + B + u);
+                for (uint32_t u = 0; u < mn; u += 64)
+                    PREFETCH_T0(p + m + u);
                 if (CHECK)
-                    nan_row[rr] |= fp8_nan(wr[rr] + k0, m);
-                raw[r] = (struct wrow){wr[rr], w->scale + (size_t)((i0 + rr) / B) * kblocks + kb};
+                    nan_row[rr] |= fp8_nan(p, m);
+                raw[r] = (struct wrow){wr[rr], er[rr] + kb};
             }
             float *at = acc + (size_t)tl * R * NXC * 16;
             if (xp && kb == 0) {
-                chunk(SRC_FP8, MODE_BLK0, R, raw, xk, nc, k0, m, at, buf);
+                chunk(SRC_FP8, MODE_BLK0, R, raw, xk, &sp, k0, m, at, buf);
             } else if (xp) {
-                chunk(SRC_FP8, MODE_BLK, R, raw, xk, nc, k0, m, at, buf);
+                chunk(SRC_FP8, MODE_BLK, R, raw, xk, &sp, k0, m, at, buf);
             } else {
                 /* blocks larger than the buffer: decoded in place for every tile */
                 size_t n = 0;
@@ -522,15 +570,23 @@ INLINE void lane_rows(const int SRC, const int R, const int NT, const void *wbas
         for (size_t n = 0; n < nc; n++)
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
+    const struct split sp = split_rows(nc);
     for (uint32_t k0 = 0; k0 < cols; k0 += KC) {
         const uint32_t m = cols - k0 < KC ? cols - k0 : KC;
         const float *xk = xp + (size_t)k0 * nc;
         const size_t cb = (size_t)k0 * row_bytes / cols, mb = (size_t)m * row_bytes / cols;
+        /* bytes of the row's next chunk */
+        const size_t mn = row_bytes - cb - mb < mb ? row_bytes - cb - mb : mb;
         for (int tl = 0; tl < NT; tl++) {
-            for (int r = tl * R; r < (tl + 1) * R; r++)
+            for (int r = tl * R; r < (tl + 1) * R; r++) {
+                const uint8_t *p = (const uint8_t *)raw[r].p + cb;
                 for (size_t u = 0; u < mb; u += 64)
-                    PREFETCH_T1((const uint8_t *)raw[r].p + cb + u + (size_t)RB * row_bytes);
-            chunk(SRC, MODE_ACC, R, raw + tl * R, xk, nc, k0, m,
+                    PREFETCH_T1(p + u + (size_t)RB * row_bytes);
+                /* and the row's next chunk into L1, as the FP8 tiles do */
+                for (size_t u = 0; u < mn; u += 64)
+                    PREFETCH_T0(p + mb + u);
+            }
+            chunk(SRC, MODE_ACC, R, raw + tl * R, xk, &sp, k0, m,
                   acc + (size_t)tl * R * NXC * 16, buf);
         }
     }

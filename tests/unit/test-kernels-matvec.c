@@ -955,8 +955,11 @@ static void test_attn_heads(void **state)
 static void test_bf16_random_shapes(void **state)
 {
     select_twin(state);
+    /* 130 × 272 and 21 × 512: column counts the SIMD twins take (a multiple of 16), rows
+     * for whole 8-row blocks, 4-row tiles and single rows, a short last chunk */
     static const uint32_t shapes[][2] = {{1, 1}, {3, 15}, {5, 16}, {7, 17}, {17, 33},
-                                         {130, 100}, {4, 4096}, {9, 1000}};
+                                         {130, 100}, {4, 4096}, {9, 1000}, {130, 272},
+                                         {21, 512}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         uint32_t rows = shapes[s][0], cols = shapes[s][1];
         uint16_t *w = malloc((size_t)rows * cols * 2);
