@@ -749,6 +749,24 @@ INLINE const uint8_t *fp4_seg_ahead(const struct dsv4_fp4_weight *w, uint32_t r0
     return w->w + (size_t)(r0 + ra) * (w->cols / 2) + (size_t)ca * 32;
 }
 
+/* y of a block tile's nr weight rows × NX activation rows from their lane accumulators:
+ * 8 weight rows at once (lane_reduce8, the definition's fold, results stored together) */
+INLINE void fp4_block_fold(__m512 accm[FP4_FRB][FP4_FNX], uint32_t nr, int NX, float *y,
+                           size_t ldy, uint32_t r0)
+{
+    for (int n = 0; n < NX; n++) {
+        float *yn = y + (size_t)n * ldy + r0;
+        uint32_t r = 0;
+        for (; r + 8 <= nr; r += 8)
+            lane_reduce8((const float *)&accm[r][n], FP4_FNX * 16, yn + r);
+        for (; r < nr; r++) {
+            float a[16] __attribute__((aligned(64)));
+            _mm512_store_ps(a, accm[r][n]);
+            yn[r] = dsv4_lane_reduce(a);
+        }
+    }
+}
+
 /*
  * Weight rows [r0, r1) (at most FP4_FRB) × NX permuted rows (np in X), along K chunk by
  * chunk: per weight row the chunk's pairs are decoded once for the NX rows, the NX
@@ -802,12 +820,7 @@ INLINE void fp4_block_f(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
                 accm[r][n] = acc[n];
         }
     }
-    for (uint32_t r = 0; r < r1 - r0; r++)
-        for (int n = 0; n < NX; n++) {
-            float a[16] __attribute__((aligned(64)));
-            _mm512_store_ps(a, accm[r][n]);
-            y[(size_t)n * ldy + r0 + r] = dsv4_lane_reduce(a);
-        }
+    fp4_block_fold(accm, r1 - r0, NX, y, ldy, r0);
 }
 
 #ifdef FP4_BF16
@@ -952,12 +965,7 @@ INLINE void fp4_block_b(const int NX, const struct dsv4_fp4_weight *w, uint32_t 
                 accm[r][n] = acc[n];
         }
     }
-    for (uint32_t r = 0; r < r1 - r0; r++)
-        for (int n = 0; n < NX; n++) {
-            float a[16] __attribute__((aligned(64)));
-            _mm512_store_ps(a, accm[r][n]);
-            y[(size_t)n * ldy + r0 + r] = dsv4_lane_reduce(a);
-        }
+    fp4_block_fold(accm, r1 - r0, NX, y, ldy, r0);
 }
 #endif
 
