@@ -188,6 +188,33 @@ void dsv4_pool_run(dsv4_pool *p, dsv4_pool_fn fn, void *ctx)
     }
 }
 
+struct pool_for {
+    dsv4_pool_range_fn fn;
+    void *ctx;
+    unsigned long n;
+};
+
+static void pool_for_worker(void *ctx, int worker, int n_workers)
+{
+    const struct pool_for *j = ctx;
+    unsigned long b, e;
+    dsv4_pool_split(j->n, 1, worker, n_workers, &b, &e);
+    if (b < e)
+        j->fn(j->ctx, b, e);
+}
+
+void dsv4_pool_for(dsv4_pool *p, unsigned long n, dsv4_pool_range_fn fn, void *ctx)
+{
+    if (n == 0)
+        return;
+    if (p->n == 1 || n == 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    struct pool_for j = {fn, ctx, n};
+    dsv4_pool_run(p, pool_for_worker, &j);
+}
+
 void dsv4_pool_split(unsigned long n, unsigned long align, int worker, int n_workers,
                      unsigned long *ret_begin, unsigned long *ret_end)
 {

@@ -171,22 +171,37 @@ static void build_visible(dsv4_session *bs, const dsv4_session *st_s, int layer,
 }
 
 /* q rows: LoRA query, q norm, per-head norm, RoPE at sc->rpos (into sc->q; sc->qr kept). */
+struct q_heads_job {
+    const struct dsv4_config *c;
+    const struct rope_table *rope;
+    float *q;
+    const int64_t *rpos;
+};
+
+/* every head of rows [b, e): the per-head norm, then RoPE */
+static void q_heads_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct q_heads_job *j = ctx;
+    const int H = j->c->n_heads, D = j->c->head_dim, R = j->c->rope_head_dim;
+    for (unsigned long r = b; r < e; r++)
+        for (int h = 0; h < H; h++) {
+            float *qh = j->q + ((size_t)r * H + h) * D;
+            head_norm_bf16(qh, D, (float)j->c->norm_eps);
+            rope_apply(j->rope, R / 2, qh + D - R, j->rpos[r], false);
+        }
+}
+
 static void project_q(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
                       const float *a, int n)
 {
     dsv4_engine *e = s->e;
     const struct dsv4_config *c = &e->cfg;
     struct scratch *sc = &s->s;
-    int H = c->n_heads, D = c->head_dim, R = c->rope_head_dim;
     qlinear_fp8(e, &lw->wq_a, a, n, sc->xq, sc->qa);
     rmsnorm_rows(sc->qr, sc->qa, lw->q_norm, n, c->q_lora_rank, (float)c->norm_eps);
     qlinear_fp8(e, &lw->wq_b, sc->qr, n, sc->xq, sc->q);
-    for (int r = 0; r < n; r++)
-        for (int h = 0; h < H; h++) {
-            float *qh = sc->q + ((size_t)r * H + h) * D;
-            head_norm_bf16(qh, D, (float)c->norm_eps);
-            rope_apply(rope, R / 2, qh + D - R, sc->rpos[r], false);
-        }
+    struct q_heads_job j = {c, rope, sc->q, sc->rpos};
+    engine_rows(e, n, (size_t)c->n_heads * c->head_dim, q_heads_range, &j);
 }
 
 void attention_kv_rows(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,

@@ -149,6 +149,10 @@ static inline size_t vis_stride(const dsv4_session *bs)
 
 /* ---- ops.c: helpers shared by the steps ---- */
 void engine_track(dsv4_engine *e, void *p, size_t bytes);
+/* fn(ctx, begin, end) over rows [0, n) of `width` elements each: split across the pool
+ * when that is worth a dispatch, else on the caller. For row-wise work only (each row's
+ * result its own), so the bits do not depend on the split. */
+void engine_rows(const dsv4_engine *e, int n, size_t width, dsv4_pool_range_fn fn, void *ctx);
 /* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
 /* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */

@@ -58,31 +58,76 @@ static void sinkhorn(float *c, int h, int iters, float eps)
     }
 }
 
-void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
-             const float *scale, int n, float *y, float *post, float *comb)
+struct mhc_pre_job {
+    const dsv4_engine *e;
+    const float *x, *fn, *base, *scale;
+    float *y, *post, *comb;
+};
+
+static void mhc_pre_range(void *ctx, unsigned long b, unsigned long end)
 {
-    const struct dsv4_config *c = &e->cfg;
+    const struct mhc_pre_job *j = ctx;
+    const struct dsv4_config *c = &j->e->cfg;
+    const float *base = j->base, *scale = j->scale;
     int hc = c->hc_mult, d = c->dim;
     float mix[(2 + DSV4_CONFIG_MAX_HC_MULT) * DSV4_CONFIG_MAX_HC_MULT]; /* config.c bounds hc_mult */
     float hce = (float)c->hc_eps;
-    for (int r = 0; r < n; r++) {
-        const float *xr = x + (size_t)r * hc * d;
-        hc_mix(xr, hc * d, fn, c->hc_mix, (float)c->norm_eps, mix);
+    for (unsigned long r = b; r < end; r++) {
+        const float *xr = j->x + (size_t)r * hc * d;
+        hc_mix(xr, hc * d, j->fn, c->hc_mix, (float)c->norm_eps, mix);
         float pre[16];
         for (int h = 0; h < hc; h++) {
             pre[h] = sigmoidf_(mix[h] * scale[0] + base[h]) + hce;
-            post[r * hc + h] = 2.0f * sigmoidf_(mix[hc + h] * scale[1] + base[hc + h]);
+            j->post[r * hc + h] = 2.0f * sigmoidf_(mix[hc + h] * scale[1] + base[hc + h]);
         }
-        float *cm = comb + (size_t)r * hc * hc;
+        float *cm = j->comb + (size_t)r * hc * hc;
         for (int i = 0; i < hc * hc; i++)
             cm[i] = mix[2 * hc + i] * scale[2] + base[2 * hc + i];
         sinkhorn(cm, hc, c->hc_sinkhorn_iters, hce);
-        float *yr = y + (size_t)r * d;
-        for (int j = 0; j < d; j++) {
-            float acc = pre[0] * xr[j];
+        float *yr = j->y + (size_t)r * d;
+        for (int i = 0; i < d; i++) {
+            float acc = pre[0] * xr[i];
             for (int h = 1; h < hc; h++)
-                acc += pre[h] * xr[h * d + j];
-            yr[j] = dsv4_bf16_round(acc);
+                acc += pre[h] * xr[h * d + i];
+            yr[i] = dsv4_bf16_round(acc);
+        }
+    }
+}
+
+/* row by row, the rows split across the pool */
+void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float *base,
+             const float *scale, int n, float *y, float *post, float *comb)
+{
+    struct mhc_pre_job j = {e, x, fn, base, scale, y, post, comb};
+    engine_rows(e, n, (size_t)e->cfg.hc_mult * e->cfg.dim * e->cfg.hc_mix, mhc_pre_range, &j);
+}
+
+struct mhc_post_job {
+    const dsv4_engine *e;
+    const float *out, *post, *comb;
+    float *x;
+};
+
+static void mhc_post_range(void *ctx, unsigned long b, unsigned long end)
+{
+    const struct mhc_post_job *j = ctx;
+    const struct dsv4_config *c = &j->e->cfg;
+    int hc = c->hc_mult, d = c->dim;
+    float old[16];
+    for (unsigned long r = b; r < end; r++) {
+        float *xr = j->x + (size_t)r * hc * d;
+        const float *o = j->out + (size_t)r * d;
+        const float *cm = j->comb + (size_t)r * hc * hc;
+        const float *p = j->post + (size_t)r * hc;
+        for (int i = 0; i < d; i++) {
+            for (int h = 0; h < hc; h++)
+                old[h] = xr[h * d + i];
+            for (int k = 0; k < hc; k++) {
+                float acc = cm[k] * old[0];
+                for (int h = 1; h < hc; h++)
+                    acc += cm[h * hc + k] * old[h];
+                xr[k * d + i] = dsv4_bf16_round(p[k] * o[i] + acc);
+            }
         }
     }
 }
@@ -90,25 +135,8 @@ void mhc_pre(const dsv4_engine *e, const float *x, const float *fn, const float 
 void mhc_post(const dsv4_engine *e, const float *out, float *x, const float *post,
               const float *comb, int n)
 {
-    const struct dsv4_config *c = &e->cfg;
-    int hc = c->hc_mult, d = c->dim;
-    float old[16];
-    for (int r = 0; r < n; r++) {
-        float *xr = x + (size_t)r * hc * d;
-        const float *o = out + (size_t)r * d;
-        const float *cm = comb + (size_t)r * hc * hc;
-        const float *p = post + (size_t)r * hc;
-        for (int j = 0; j < d; j++) {
-            for (int h = 0; h < hc; h++)
-                old[h] = xr[h * d + j];
-            for (int k = 0; k < hc; k++) {
-                float acc = cm[k] * old[0];
-                for (int h = 1; h < hc; h++)
-                    acc += cm[h * hc + k] * old[h];
-                xr[k * d + j] = dsv4_bf16_round(p[k] * o[j] + acc);
-            }
-        }
-    }
+    struct mhc_post_job j = {e, out, post, comb, x};
+    engine_rows(e, n, (size_t)e->cfg.hc_mult * e->cfg.hc_mult * e->cfg.dim, mhc_post_range, &j);
 }
 
 void mhc_head(const dsv4_engine *e, const float *x, int n, float *y)

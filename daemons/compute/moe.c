@@ -33,6 +33,46 @@ static void swiglu(float *g, const float *u, int n, float limit, float w)
     }
 }
 
+/* swiglu over rows of g and u (I wide), row i weighted by rw[slot[i]] (slot NULL: 1) */
+struct swiglu_job {
+    float *g;
+    const float *u;
+    const float *rw;
+    const int *slot;
+    int I;
+    float limit;
+};
+
+static void swiglu_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct swiglu_job *j = ctx;
+    for (unsigned long i = b; i < e; i++)
+        swiglu(j->g + i * (size_t)j->I, j->u + i * (size_t)j->I, j->I, j->limit,
+               j->slot ? j->rw[j->slot[i]] : 1.0f);
+}
+
+/* out = bf16(routed outputs in choice order + the shared expert's), row by row */
+struct moe_sum_job {
+    const struct scratch *sc;
+    float *out;
+    int K, d;
+};
+
+static void moe_sum_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct moe_sum_job *j = ctx;
+    const struct scratch *sc = j->sc;
+    const int K = j->K, d = j->d;
+    for (unsigned long r = b; r < e; r++)
+        for (int i = 0; i < d; i++) {
+            float acc = 0.0f;
+            for (int k = 0; k < K; k++)
+                if (sc->rsel[r * K + k] >= 0)
+                    acc += sc->eout[((size_t)r * K + k) * d + i];
+            j->out[(size_t)r * d + i] = dsv4_bf16_round(acc + sc->sout[(size_t)r * d + i]);
+        }
+}
+
 /* sel[0..K) = top-K of sco + bias; a strictly larger value wins, ties → lower id. */
 static void topk_biased(const float *sco, const float *bias, int E, int K, int *sel)
 {
@@ -237,8 +277,8 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                         break;
                     }
             qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
-            for (int i = 0; i < m; i++)
-                swiglu(sc->g + (size_t)i * I, sc->u + (size_t)i * I, I, limit, sc->rw[slot[i]]);
+            struct swiglu_job sj = {sc->g, sc->u, sc->rw, slot, I, limit};
+            engine_rows(e, m, (size_t)I, swiglu_range, &sj);
             qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
             for (int i = 0; i < m; i++)
                 memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
@@ -249,17 +289,11 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
 
     qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
     qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);
-    for (int r = 0; r < n; r++)
-        swiglu(sc->g + (size_t)r * I, sc->u + (size_t)r * I, I, limit, 1.0f);
+    struct swiglu_job sj = {sc->g, sc->u, NULL, NULL, I, limit};
+    engine_rows(e, n, (size_t)I, swiglu_range, &sj);
     qlinear_fp8(e, &lw->sh_w2, sc->g, n, sc->xq, sc->sout);
 
-    for (int r = 0; r < n; r++)
-        for (int j = 0; j < d; j++) {
-            float acc = 0.0f;
-            for (int k = 0; k < K; k++)
-                if (sc->rsel[r * K + k] >= 0)
-                    acc += sc->eout[((size_t)r * K + k) * d + j];
-            out[(size_t)r * d + j] = dsv4_bf16_round(acc + sc->sout[(size_t)r * d + j]);
-        }
+    struct moe_sum_job mj = {sc, out, K, d};
+    engine_rows(e, n, (size_t)K * d, moe_sum_range, &mj);
     return 0;
 }

@@ -23,6 +23,20 @@ void engine_track(dsv4_engine *e, void *p, size_t bytes)
     e->allocs[e->n_allocs++] = p;
 }
 
+/* below this many elements a row-wise job runs on the caller: a dispatch costs a few
+ * microseconds, about what 2^15 element-wise operations take */
+#define ROWS_PAR_MIN (1u << 15)
+
+void engine_rows(const dsv4_engine *e, int n, size_t width, dsv4_pool_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return;
+    if (n == 1 || (size_t)n * width < ROWS_PAR_MIN)
+        fn(ctx, 0, (unsigned long)n);
+    else
+        dsv4_pool_for(e->pool, (unsigned long)n, fn, ctx);
+}
+
 /* The linears are the threaded kernels of kernels/matvec-mt.c (what bench-kernels
  * measures): rows split over the pool, small calls on the caller. */
 
@@ -48,27 +62,53 @@ void linear_fp8_range(dsv4_engine *e, const struct dsv4_fp8_weight *w, uint32_t 
     dsv4_matvec_fp8_range_mt(e->pool, w, begin, end, x, n > 0 ? (size_t)n : 0, y, ldy);
 }
 
-static void quant_rows(float *xq, const float *x, int n, uint32_t cols)
+struct rows_job {
+    float *y;
+    const float *x;
+    size_t width;
+};
+
+static void quant_range(void *ctx, unsigned long b, unsigned long e)
 {
-    memcpy(xq, x, (size_t)n * cols * sizeof(float));
-    for (int r = 0; r < n; r++)
-        dsv4_fp8_qdq(xq + (size_t)r * cols, cols, 128);
+    const struct rows_job *j = ctx;
+    memcpy(j->y + b * j->width, j->x + b * j->width, (e - b) * j->width * sizeof(float));
+    for (unsigned long r = b; r < e; r++)
+        dsv4_fp8_qdq(j->y + r * j->width, j->width, 128);
+}
+
+static void quant_rows(dsv4_engine *e, float *xq, const float *x, int n, uint32_t cols)
+{
+    struct rows_job j = {xq, x, cols};
+    engine_rows(e, n, cols, quant_range, &j);
+}
+
+static void round_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct rows_job *j = ctx;
+    dsv4_bf16_round_vec(j->y + b * j->width, (e - b) * j->width);
+}
+
+/* the linears' bf16 outputs */
+static void round_rows(dsv4_engine *e, float *y, int n, uint32_t width)
+{
+    struct rows_job j = {y, NULL, width};
+    engine_rows(e, n, width, round_range, &j);
 }
 
 void qlinear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n,
                  float *xq, float *y)
 {
-    quant_rows(xq, x, n, w->cols);
+    quant_rows(e, xq, x, n, w->cols);
     linear_fp8(e, w, xq, n, y);
-    dsv4_bf16_round_vec(y, (size_t)n * w->rows);
+    round_rows(e, y, n, w->rows);
 }
 
 void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n,
                  float *xq, float *y)
 {
-    quant_rows(xq, x, n, w->cols);
+    quant_rows(e, xq, x, n, w->cols);
     linear_fp4(e, w, xq, n, y);
-    dsv4_bf16_round_vec(y, (size_t)n * w->rows);
+    round_rows(e, y, n, w->rows);
 }
 
 void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
@@ -80,11 +120,11 @@ void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
         qlinear_fp4(e, wb, x, n, xq, yb);
         return;
     }
-    quant_rows(xq, x, n, wa->cols);
+    quant_rows(e, xq, x, n, wa->cols);
     linear_fp4(e, wa, xq, n, ya);
-    dsv4_bf16_round_vec(ya, (size_t)n * wa->rows);
+    round_rows(e, ya, n, wa->rows);
     linear_fp4(e, wb, xq, n, yb);
-    dsv4_bf16_round_vec(yb, (size_t)n * wb->rows);
+    round_rows(e, yb, n, wb->rows);
 }
 
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps)

@@ -119,6 +119,41 @@ static void test_split(void **state)
             }
 }
 
+struct for_job {
+    _Atomic int hits[300];
+    _Atomic int calls;
+};
+
+static void for_fn(void *ctx, unsigned long b, unsigned long e)
+{
+    struct for_job *j = ctx;
+    assert_true(b < e && e <= 300);
+    atomic_fetch_add(&j->calls, 1);
+    for (unsigned long i = b; i < e; i++)
+        atomic_fetch_add(&j->hits[i], 1);
+}
+
+/* dsv4_pool_for: every index exactly once, never an empty range, at most one call per
+ * worker (one call when the pool has one thread or n is 1) */
+static void test_pool_for(void **state)
+{
+    (void)state;
+    static const unsigned long ns[] = {0, 1, 2, 3, 7, 299, 300};
+    for (int nw = 1; nw <= 5; nw++) {
+        dsv4_pool *p = dsv4_pool_new(nw);
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            struct for_job j = {0};
+            dsv4_pool_for(p, ns[i], for_fn, &j);
+            for (unsigned long k = 0; k < 300; k++)
+                assert_int_equal(atomic_load(&j.hits[k]), k < ns[i]);
+            int calls = atomic_load(&j.calls);
+            unsigned long expect = ns[i] < (unsigned long)nw ? ns[i] : (unsigned long)nw;
+            assert_int_equal(calls, ns[i] <= 1 || nw == 1 ? (ns[i] > 0) : (int)expect);
+        }
+        dsv4_pool_free(p);
+    }
+}
+
 static uint64_t rng_state = 0x1234567890ABCDEFull;
 
 static uint64_t rnd(void)
@@ -184,6 +219,7 @@ int main(void)
         cmocka_unit_test(test_pool_runs_every_worker),
         cmocka_unit_test(test_pool_parked_workers_wake),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_pool_for),
         cmocka_unit_test(test_matvec_mt_bitwise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
