@@ -183,12 +183,12 @@ static void q_heads_range(void *ctx, unsigned long b, unsigned long e)
 {
     const struct q_heads_job *j = ctx;
     const int H = j->c->n_heads, D = j->c->head_dim, R = j->c->rope_head_dim;
-    for (unsigned long r = b; r < e; r++)
-        for (int h = 0; h < H; h++) {
-            float *qh = j->q + ((size_t)r * H + h) * D;
-            head_norm_bf16(qh, D, (float)j->c->norm_eps);
-            rope_apply(j->rope, R / 2, qh + D - R, j->rpos[r], false);
-        }
+    for (unsigned long r = b; r < e; r++) {
+        float *qr = j->q + (size_t)r * H * D;
+        for (int h = 0; h < H; h++)
+            head_norm_bf16(qr + (size_t)h * D, D, (float)j->c->norm_eps);
+        rope_row_heads(j->rope, R / 2, qr + D - R, H, (size_t)D, j->rpos[r], false);
+    }
 }
 
 static void project_q(dsv4_session *s, const struct layer_w *lw, const struct rope_table *rope,
@@ -235,9 +235,7 @@ static void attend_output(dsv4_session *s, const struct layer_w *lw,
         attn_worker(&job, 0, 1);
     else
         dsv4_pool_run(e->pool, attn_worker, &job);
-    for (int r = 0; r < n; r++)
-        for (int h = 0; h < H; h++)
-            rope_apply(rope, R / 2, sc->o + ((size_t)r * H + h) * D + D - R, sc->rpos[r], true);
+    rope_heads(e, rope, R / 2, sc->o + D - R, n, H, (size_t)D, sc->rpos, true);
 
     /* grouped output LoRA: group g reads heads g*H/G.. as one wo_a_in vector; no act-quant */
     int G = c->o_groups, olr = c->o_lora_rank, in = c->wo_a_in;

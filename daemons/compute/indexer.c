@@ -26,6 +26,28 @@ static int cmp_scored(const void *pa, const void *pb)
     return a->i - b->i;
 }
 
+struct iq_job {
+    const struct rope_table *rope;
+    float *q;
+    const int64_t *rpos;
+    int ih, ihd, R;
+};
+
+/* the query heads of rows [b, e): RoPE, Hadamard, FP4 QDQ */
+static void iq_heads_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct iq_job *j = ctx;
+    for (unsigned long r = b; r < e; r++) {
+        float *qr = j->q + r * (size_t)j->ih * j->ihd;
+        rope_row_heads(j->rope, j->R / 2, qr + j->ihd - j->R, j->ih, (size_t)j->ihd, j->rpos[r],
+                       false);
+        for (int h = 0; h < j->ih; h++) {
+            hadamard_inplace(qr + (size_t)h * j->ihd, j->ihd);
+            dsv4_fp4_qdq(qr + (size_t)h * j->ihd, (size_t)j->ihd, 32);
+        }
+    }
+}
+
 void indexer_project(dsv4_session *bs, int layer, const float *a, const float *qr, int n)
 {
     dsv4_engine *e = bs->e;
@@ -35,13 +57,8 @@ void indexer_project(dsv4_session *bs, int layer, const float *a, const float *q
     int ih = c->index_n_heads, ihd = c->index_head_dim, R = c->rope_head_dim;
 
     qlinear_fp8(e, &lw->iwq_b, qr, n, sc->xq, sc->qi);
-    for (int r = 0; r < n; r++)
-        for (int h = 0; h < ih; h++) {
-            float *q = sc->qi + ((size_t)r * ih + h) * ihd;
-            rope_apply(&e->rope_comp, R / 2, q + ihd - R, sc->rpos[r], false);
-            hadamard_inplace(q, ihd);
-            dsv4_fp4_qdq(q, (size_t)ihd, 32);
-        }
+    struct iq_job j = {&e->rope_comp, sc->qi, sc->rpos, ih, ihd, R};
+    engine_rows(e, n, (size_t)ih * ihd, iq_heads_range, &j);
     linear_bf16(e, &lw->weights_proj, a, n, sc->wt);
     for (size_t i = 0; i < (size_t)n * ih; i++)
         sc->wt[i] = dsv4_bf16_round(dsv4_bf16_round(sc->wt[i]) * (float)c->index_scale);

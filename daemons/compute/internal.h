@@ -69,6 +69,7 @@ struct dsv4_engine {
     struct dsv4_config cfg;
     dsv4_checkpoint *ckpt;
     dsv4_pool *pool;
+    size_t rows_par_min;            /* engine_rows splits from this many elements */
     dsv4_expert_cache *cache;       /* NULL with an external provider */
     struct dsv4_expert_provider experts;
     void (*on_layer)(void *ctx);    /* dsv4_engine_opts.on_layer */
@@ -153,6 +154,9 @@ void engine_track(dsv4_engine *e, void *p, size_t bytes);
  * when that is worth a dispatch, else on the caller. For row-wise work only (each row's
  * result its own), so the bits do not depend on the split. */
 void engine_rows(const dsv4_engine *e, int n, size_t width, dsv4_pool_range_fn fn, void *ctx);
+/* engine_rows' threshold: 2^15 elements, or DSV4_ROWS_PAR_MIN (tests: 1 splits every
+ * job of two rows or more) */
+size_t engine_rows_par_min(void);
 /* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
 /* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */
@@ -175,6 +179,13 @@ void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps);
 /* rotate the last 2*npairs dims of x (pairs interleaved) at position pos; bf16 result */
 void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, bool inverse);
+/* rope_apply on H heads stride floats apart (x: the first head's rotated dims), a row's
+ * angles found once for all its heads (same bits) */
+void rope_row_heads(const struct rope_table *t, int npairs, float *x, int H, size_t stride,
+                    int64_t pos, bool inverse);
+/* rope_row_heads of rows [0, n) (H·stride floats apart, row r at rpos[r]) over the pool */
+void rope_heads(const dsv4_engine *e, const struct rope_table *t, int npairs, float *x, int n,
+                int H, size_t stride, const int64_t *rpos, bool inverse);
 void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yarn);
 void hadamard_inplace(float *x, int n);
 /* a·b of fp32 vectors: exact products summed in double over 8 fixed chains (pipelined and

@@ -7,6 +7,7 @@
  * Rounding points follow spec §16.4.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -25,13 +26,23 @@ void engine_track(dsv4_engine *e, void *p, size_t bytes)
 
 /* below this many elements a row-wise job runs on the caller: a dispatch costs a few
  * microseconds, about what 2^15 element-wise operations take */
-#define ROWS_PAR_MIN (1u << 15)
+size_t engine_rows_par_min(void)
+{
+    const char *s = getenv("DSV4_ROWS_PAR_MIN");
+    if (s && *s) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+        if (*end == '\0')
+            return v;
+    }
+    return 1u << 15;
+}
 
 void engine_rows(const dsv4_engine *e, int n, size_t width, dsv4_pool_range_fn fn, void *ctx)
 {
     if (n <= 0)
         return;
-    if (n == 1 || (size_t)n * width < ROWS_PAR_MIN)
+    if (n == 1 || (size_t)n * width < e->rows_par_min)
         fn(ctx, 0, (unsigned long)n);
     else
         dsv4_pool_for(e->pool, (unsigned long)n, fn, ctx);
@@ -174,17 +185,72 @@ void rope_table_init(dsv4_engine *e, struct rope_table *t, double base, bool yar
     }
 }
 
+/* pair i's cos and sin at position pos (sin negated for the inverse rotation) */
+static void rope_angle(const struct rope_table *t, int i, int64_t pos, bool inverse, float *cs,
+                       float *sn)
+{
+    float ang = (float)pos * t->freq[i];
+    *cs = (float)cos((double)ang);
+    *sn = (float)sin((double)ang);
+    if (inverse)
+        *sn = -*sn;
+}
+
+static void rope_rotate(float *x, int i, float cs, float sn)
+{
+    float x0 = x[2 * i], x1 = x[2 * i + 1];
+    x[2 * i] = dsv4_bf16_round(x0 * cs - x1 * sn);
+    x[2 * i + 1] = dsv4_bf16_round(x0 * sn + x1 * cs);
+}
+
 void rope_apply(const struct rope_table *t, int npairs, float *x, int64_t pos, bool inverse)
 {
     for (int i = 0; i < npairs; i++) {
-        float ang = (float)pos * t->freq[i];
-        float cs = (float)cos((double)ang), sn = (float)sin((double)ang);
-        if (inverse)
-            sn = -sn;
-        float x0 = x[2 * i], x1 = x[2 * i + 1];
-        x[2 * i] = dsv4_bf16_round(x0 * cs - x1 * sn);
-        x[2 * i + 1] = dsv4_bf16_round(x0 * sn + x1 * cs);
+        float cs, sn;
+        rope_angle(t, i, pos, inverse, &cs, &sn);
+        rope_rotate(x, i, cs, sn);
     }
+}
+
+void rope_row_heads(const struct rope_table *t, int npairs, float *x, int H, size_t stride,
+                    int64_t pos, bool inverse)
+{
+    enum { CACHED = 64 };
+    if (npairs > CACHED) {
+        for (int h = 0; h < H; h++)
+            rope_apply(t, npairs, x + (size_t)h * stride, pos, inverse);
+        return;
+    }
+    float cs[CACHED], sn[CACHED];
+    for (int i = 0; i < npairs; i++)
+        rope_angle(t, i, pos, inverse, &cs[i], &sn[i]);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < npairs; i++)
+            rope_rotate(x + (size_t)h * stride, i, cs[i], sn[i]);
+}
+
+struct rope_heads_job {
+    const struct rope_table *t;
+    float *x;
+    const int64_t *rpos;
+    int npairs, H;
+    size_t stride, row;
+    bool inverse;
+};
+
+static void rope_heads_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct rope_heads_job *j = ctx;
+    for (unsigned long r = b; r < e; r++)
+        rope_row_heads(j->t, j->npairs, j->x + r * j->row, j->H, j->stride, j->rpos[r],
+                       j->inverse);
+}
+
+void rope_heads(const dsv4_engine *e, const struct rope_table *t, int npairs, float *x, int n,
+                int H, size_t stride, const int64_t *rpos, bool inverse)
+{
+    struct rope_heads_job j = {t, x, rpos, npairs, H, stride, (size_t)H * stride, inverse};
+    engine_rows(e, n, (size_t)H * (size_t)npairs * 2, rope_heads_range, &j);
 }
 
 /* the order is defined (and vectorised, same bits) in kernels/: dsv4_dot_f64 */

@@ -386,6 +386,7 @@ int dsv4_engine_open(const char *model_dir, const struct dsv4_engine_opts *opts,
     if (o.dspark && (rc = load_dspark(e, err)) < 0)
         goto fail;
     e->pool = dsv4_pool_new(o.n_threads > 0 ? o.n_threads : 1);
+    e->rows_par_min = engine_rows_par_min();
     e->max_lease = o.max_lease > 0 ? o.max_lease : 0;
     e->step_rows = o.step_rows > 0 ? o.step_rows : DSV4_DEFAULT_CHUNK;
     if (e->step_rows > DSV4_MAX_CHUNK) {

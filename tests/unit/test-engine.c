@@ -116,12 +116,20 @@ static void test_threads_bitwise(void **state)
 {
     (void)state;
     dsv4_engine *e1 = open_engine(1, 0, NULL), *e2 = open_engine(2, 0, NULL);
-    float *a = all_logits(e1, 70, 64), *b = all_logits(e2, 70, 64);
+    /* and with every row-wise job of two rows or more split over the pool (the tiny
+     * model's rows are below the default threshold) */
+    setenv("DSV4_ROWS_PAR_MIN", "1", 1);
+    dsv4_engine *e3 = open_engine(3, 0, NULL);
+    unsetenv("DSV4_ROWS_PAR_MIN");
+    float *a = all_logits(e1, 70, 64), *b = all_logits(e2, 70, 64), *c = all_logits(e3, 70, 64);
     assert_memory_equal(a, b, (size_t)70 * vocab * sizeof(float));
+    assert_memory_equal(a, c, (size_t)70 * vocab * sizeof(float));
     free(a);
     free(b);
+    free(c);
     dsv4_engine_free(e1);
     dsv4_engine_free(e2);
+    dsv4_engine_free(e3);
 }
 
 /*
