@@ -246,7 +246,7 @@ static void attend_output(dsv4_session *s, const struct layer_w *lw,
         linear_fp8_range(e, &lw->wo_a, (uint32_t)(g * olr), (uint32_t)((g + 1) * olr), sc->xq, n,
                          sc->low, (size_t)G * olr);
     }
-    dsv4_bf16_round_vec(sc->low, (size_t)n * G * olr);
+    round_rows(e, sc->low, n, (size_t)G * olr);
     qlinear_fp8(e, &lw->wo_b, sc->low, n, sc->xq, out);
 }
 

@@ -157,6 +157,8 @@ void engine_rows(const dsv4_engine *e, int n, size_t width, dsv4_pool_range_fn f
 /* engine_rows' threshold: 2^15 elements, or DSV4_ROWS_PAR_MIN (tests: 1 splits every
  * job of two rows or more) */
 size_t engine_rows_par_min(void);
+/* y[n][width] rounded to bf16, rows over the pool */
+void round_rows(dsv4_engine *e, float *y, int n, size_t width);
 /* y[n][rows] = W x for each of the n rows, split over the pool by output rows. */
 void linear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x, int n, float *y);
 /* Rows [begin, end) of W only; y[r*ldy + i] for i in that range (grouped wo_a). */

@@ -33,6 +33,10 @@ static void swiglu(float *g, const float *u, int n, float limit, float w)
     }
 }
 
+/* an element of swiglu (a double exp) costs about as much as 16 of the other row-wise
+ * jobs' elements: an expert's few rows are worth splitting */
+#define SWIGLU_COST 16
+
 /* swiglu over rows of g and u (I wide), row i weighted by rw[slot[i]] (slot NULL: 1) */
 struct swiglu_job {
     float *g;
@@ -49,6 +53,28 @@ static void swiglu_range(void *ctx, unsigned long b, unsigned long e)
     for (unsigned long i = b; i < e; i++)
         swiglu(j->g + i * (size_t)j->I, j->u + i * (size_t)j->I, j->I, j->limit,
                j->slot ? j->rw[j->slot[i]] : 1.0f);
+}
+
+/* an expert's rows in or out: gather copies input row slot[i] / K to row i of dst,
+ * scatter row i of src to output row slot[i] of dst (d floats each) */
+struct move_job {
+    float *dst;
+    const float *src;
+    const int *slot;
+    int K, d;
+    bool gather;
+};
+
+static void move_range(void *ctx, unsigned long b, unsigned long e)
+{
+    const struct move_job *j = ctx;
+    const size_t d = (size_t)j->d;
+    for (unsigned long i = b; i < e; i++) {
+        if (j->gather)
+            memcpy(j->dst + i * d, j->src + (size_t)(j->slot[i] / j->K) * d, d * sizeof(float));
+        else
+            memcpy(j->dst + (size_t)j->slot[i] * d, j->src + i * d, d * sizeof(float));
+    }
 }
 
 /* out = bf16(routed outputs in choice order + the shared expert's), row by row */
@@ -271,18 +297,17 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
             for (int r = 0; r < n; r++)
                 for (int k = 0; k < K; k++)
                     if (sc->rsel[r * K + k] == ids[g0 + u]) {
-                        memcpy(sc->gx + (size_t)m * d, f + (size_t)r * d,
-                               (size_t)d * sizeof(float));
                         slot[m++] = r * K + k;
                         break;
                     }
+            struct move_job gather = {sc->gx, f, slot, K, d, true};
+            engine_rows(e, m, (size_t)d, move_range, &gather);
             qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
             struct swiglu_job sj = {sc->g, sc->u, sc->rw, slot, I, limit};
-            engine_rows(e, m, (size_t)I, swiglu_range, &sj);
+            engine_rows(e, m, (size_t)I * SWIGLU_COST, swiglu_range, &sj);
             qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
-            for (int i = 0; i < m; i++)
-                memcpy(sc->eout + (size_t)slot[i] * d, sc->gx + (size_t)i * d,
-                       (size_t)d * sizeof(float));
+            struct move_job scatter = {sc->eout, sc->gx, slot, K, d, false};
+            engine_rows(e, m, (size_t)d, move_range, &scatter);
         }
         prov->release(prov->ctx, layer, ids + g0, ng);
     }
@@ -290,7 +315,7 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
     qlinear_fp8(e, &lw->sh_w1, f, n, sc->xq, sc->g);
     qlinear_fp8(e, &lw->sh_w3, f, n, sc->xq, sc->u);
     struct swiglu_job sj = {sc->g, sc->u, NULL, NULL, I, limit};
-    engine_rows(e, n, (size_t)I, swiglu_range, &sj);
+    engine_rows(e, n, (size_t)I * SWIGLU_COST, swiglu_range, &sj);
     qlinear_fp8(e, &lw->sh_w2, sc->g, n, sc->xq, sc->sout);
 
     struct moe_sum_job mj = {sc, out, K, d};

@@ -100,7 +100,7 @@ static void round_range(void *ctx, unsigned long b, unsigned long e)
 }
 
 /* the linears' bf16 outputs */
-static void round_rows(dsv4_engine *e, float *y, int n, uint32_t width)
+void round_rows(dsv4_engine *e, float *y, int n, size_t width)
 {
     struct rows_job j = {y, NULL, width};
     engine_rows(e, n, width, round_range, &j);
