@@ -361,6 +361,17 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
  * The buffered path for one chunk of R weight rows and nc activation rows (x at
  * column k0): the chunk decoded once into buf, then applied to all rows.
  */
+/* len (% 16 == 0) weights of row w decoded to d */
+INLINE void decode_run(const int SRC, const struct wrow *w, uint32_t len, float *d)
+{
+    for (uint32_t t = 0; t < len; t += 16) {
+        vf v[16 / VL];
+        wdec16(SRC, w, t, v);
+        for (int h = 0; h < 16 / VL; h++)
+            vf_store(d + t + h * VL, v[h]);
+    }
+}
+
 INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow *raw,
                   const float *x, const struct split *sp, uint32_t k0, uint32_t len, float *acc,
                   float *buf)
@@ -373,19 +384,9 @@ INLINE void chunk(const int SRC, const int MODE, const int R, const struct wrow 
         /* a constant trip count for the common 128-column FP8 block: unrolled, no
          * per-step index arithmetic */
         if (SRC == SRC_FP8 && len == KC8)
-            for (uint32_t t = 0; t < KC8; t += 16) {
-                vf v[16 / VL];
-                wdec16(SRC, &w, t, v);
-                for (int h = 0; h < 16 / VL; h++)
-                    vf_store(d + t + h * VL, v[h]);
-            }
+            decode_run(SRC, &w, KC8, d);
         else
-            for (uint32_t t = 0; t < len; t += 16) {
-                vf v[16 / VL];
-                wdec16(SRC, &w, t, v);
-                for (int h = 0; h < 16 / VL; h++)
-                    vf_store(d + t + h * VL, v[h]);
-            }
+            decode_run(SRC, &w, len, d);
         if (MODE != MODE_ACC) {
             const uint8_t e = *raw[r].e;
             bf.fast[r] = e <= DSV4_E8M0_FAST_MAX;
