@@ -124,6 +124,16 @@ int dsv4_kernels_force(enum dsv4_isa isa)
     return 0;
 }
 
+void dsv4_fp8_qdq(float *x, size_t n, size_t block)
+{
+    dsv4_kernel_ops()->fp8_qdq(x, n, block);
+}
+
+void dsv4_bf16_round_vec(float *x, size_t n)
+{
+    dsv4_kernel_ops()->bf16_round(x, n);
+}
+
 void dsv4_matvec_fp8(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
                      size_t ldy, uint32_t row_begin, uint32_t row_end)
 {

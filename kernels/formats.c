@@ -82,7 +82,8 @@ uint8_t dsv4_f32_to_e2m1(float x)
     return sign | c;
 }
 
-void dsv4_bf16_round_vec(float *x, size_t n)
+/* the definition (scalar ops); dsv4_bf16_round_vec runs the chosen twin */
+void dsv4_bf16_round_vec_ref(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = dsv4_bf16_round(x[i]);
@@ -93,18 +94,6 @@ int dsv4_ceil_log2(float v)
     uint32_t u = dsv4_bits_from_f32(v);
     int e = (int)((u >> 23) & 0xFFu);
     return e - 127 + ((u & 0x7FFFFFu) != 0);
-}
-
-/* 2^e for e in [-149, 127] as an exact fp32; outside, 0 or +inf. */
-static float exp2i(int e)
-{
-    if (e > 127)
-        return INFINITY;
-    if (e >= -126)
-        return dsv4_f32_from_bits((uint32_t)(e + 127) << 23);
-    if (e >= -149)
-        return dsv4_f32_from_bits(1u << (e + 149));
-    return 0.0f;
 }
 
 /* max |x| over the block, or NAN when it holds a NaN or an infinity */
@@ -136,7 +125,8 @@ static inline float e4m3_round(float q)
     return dsv4_f32_from_bits((a & 0xFFF00000u) | sign);
 }
 
-void dsv4_fp8_qdq(float *x, size_t n, size_t block)
+/* the definition (scalar ops); dsv4_fp8_qdq runs the chosen twin */
+void dsv4_fp8_qdq_ref(float *x, size_t n, size_t block)
 {
     const float inv448 = 1.0f / 448.0f;
     for (size_t b0 = 0; b0 < n; b0 += block) {
@@ -151,7 +141,7 @@ void dsv4_fp8_qdq(float *x, size_t n, size_t block)
         if (amax < 1e-4f)
             amax = 1e-4f;
         int e = dsv4_ceil_log2(amax * inv448);
-        float s = exp2i(e), inv = exp2i(-e);
+        float s = dsv4_exp2i(e), inv = dsv4_exp2i(-e);
         for (size_t i = 0; i < m; i++) {
             float q = v[i] * inv; /* exact: power of two, |q| ≤ 448 */
             q = q > 448.0f ? 448.0f : q < -448.0f ? -448.0f : q;
@@ -176,7 +166,7 @@ void dsv4_fp4_qdq(float *x, size_t n, size_t block)
         if (amax < floor_amax)
             amax = floor_amax;
         int e = dsv4_ceil_log2(amax * inv6);
-        float s = exp2i(e), inv = exp2i(-e);
+        float s = dsv4_exp2i(e), inv = dsv4_exp2i(-e);
         for (size_t i = 0; i < m; i++) {
             float q = v[i] * inv;
             q = q > 6.0f ? 6.0f : q < -6.0f ? -6.0f : q;
@@ -205,7 +195,7 @@ static uint8_t pack_scale(float amax, int top_exp, float top_mant)
     /* amax in (2^(k-1), 2^k]: ≤ top_mant · 2^(top_exp + e') with e' = k − 1 − top_exp when
        amax ≤ top_mant · 2^(k − 1), else k − top_exp */
     int e = k - 1 - top_exp;
-    float lim = top_mant * exp2i(k - 1);
+    float lim = top_mant * dsv4_exp2i(k - 1);
     if (!(amax <= lim))
         e++;
     if (e < -126)
@@ -231,7 +221,7 @@ void dsv4_fp8_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8
             continue;
         }
         scales[k] = pack_scale(amax, 8, 1.75f);     /* 448 = 1.75 · 2^8 */
-        float inv = exp2i(127 - (int)scales[k]);
+        float inv = dsv4_exp2i(127 - (int)scales[k]);
         for (size_t i = 0; i < m; i++)
             codes[b0 + i] = dsv4_f32_to_e4m3(x[b0 + i] * inv);
     }
@@ -277,7 +267,7 @@ void dsv4_fp4_pack(const float *x, size_t n, size_t block, uint8_t *codes, uint8
             continue;
         }
         scales[k] = pack_scale(amax, 2, 1.5f);      /* 6 = 1.5 · 2^2 */
-        float inv = exp2i(127 - (int)scales[k]);
+        float inv = dsv4_exp2i(127 - (int)scales[k]);
         for (size_t i = b0; i < b0 + m; i++)
             codes[i / 2] |= (uint8_t)(dsv4_f32_to_e2m1(x[i] * inv) << (4 * (i & 1)));
     }

@@ -61,6 +61,22 @@ static inline uint32_t dsv4_bits_from_f32(float f)
     return u;
 }
 
+/* 2^e for e in [-149, 127] as an exact fp32; outside, 0 or +inf. */
+static inline float dsv4_exp2i(int e)
+{
+    if (e > 127)
+        return INFINITY;
+    if (e >= -126)
+        return dsv4_f32_from_bits((uint32_t)(e + 127) << 23);
+    if (e >= -149)
+        return dsv4_f32_from_bits(1u << (e + 149));
+    return 0.0f;
+}
+
+/* formats.c: the definitions of the fake-quant and the bf16 rounding (the scalar ops) */
+void dsv4_fp8_qdq_ref(float *x, size_t n, size_t block);
+void dsv4_bf16_round_vec_ref(float *x, size_t n);
+
 /* 2^(e-119), the FP8 block factor when the decoded weight carries 2^-8. */
 static inline float dsv4_fp8_fast_scale(uint8_t e)
 {

@@ -195,6 +195,8 @@ struct dsv4_kernel_ops {
                           double *);
     void (*pv_f64_heads)(const float *, size_t, size_t, const float *const *, size_t, size_t,
                          double *, size_t);
+    void (*fp8_qdq)(float *, size_t, size_t);
+    void (*bf16_round)(float *, size_t);
 };
 
 /* The ops of one ISA, or NULL when this CPU (or build) lacks it. */

@@ -105,6 +105,7 @@ INLINE void lane_reduce8(const float *acc, size_t stride, float *y)
 #include "matvec-fp4.h"
 #include "dot-simd.h"
 #include "index-simd.h"
+#include "quant-simd.h"
 
 const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .isa = DSV4_ISA_AVX2,
@@ -119,4 +120,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx2 = {
     .axpy_f64 = axpy_f64_simd,
     .dot_f64_heads = dot_f64_heads_simd,
     .pv_f64_heads = pv_f64_heads_simd,
+    .fp8_qdq = fp8_qdq_simd,
+    .bf16_round = bf16_round_simd,
 };

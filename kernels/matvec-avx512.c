@@ -114,6 +114,8 @@ INLINE void lane_reduce8(const float *acc, size_t stride, float *y)
 #include "dot-simd.h"
 #define INDEX_ZMM 1
 #include "index-simd.h"
+#define QUANT_ZMM 1
+#include "quant-simd.h"
 
 /* built twice (kernels/meson.build): plain AVX-512 (F, BW, VL), and with VBMI, VNNI and
  * BF16 for the FP4 decode and multiply-adds of fp4_tile_z (FP4_VNNI) and the bf16
@@ -137,4 +139,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_avx512 = {
     .axpy_f64 = axpy_f64_simd,
     .dot_f64_heads = dot_f64_heads_simd,
     .pv_f64_heads = pv_f64_heads_simd,
+    .fp8_qdq = fp8_qdq_simd,
+    .bf16_round = bf16_round_simd,
 };

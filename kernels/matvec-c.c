@@ -162,4 +162,6 @@ const struct dsv4_kernel_ops dsv4_kernel_ops_scalar = {
     .axpy_f64 = axpy_f64_c,
     .dot_f64_heads = dot_f64_heads_c,
     .pv_f64_heads = pv_f64_heads_c,
+    .fp8_qdq = dsv4_fp8_qdq_ref,
+    .bf16_round = dsv4_bf16_round_vec_ref,
 };

@@ -1119,6 +1119,84 @@ static void test_index_scores(void **state)
 
 /* ---- dispatch ---- */
 
+/*
+ * The activation fake-quant and the bf16 rounding: each twin against the definition (the
+ * scalar ops), byte for byte, on every class of input: normal values, exponents spread over
+ * the whole range (per element and per block), blocks below the 1e-4 amax floor and
+ * subnormals, exact ties of the E4M3 and bf16 roundings, ±0, NaN and ±inf sprinkled in, raw
+ * bit patterns; block sizes and lengths on and off the vector widths (the twins run a block
+ * whose length is not a multiple of theirs through the definition).
+ */
+static float quant_input(int round, size_t i)
+{
+    switch (round) {
+    case 0:
+        return rnd_f(1.0f);
+    case 1:
+        return ldexpf(rnd_f(1.0f), (int)(rnd() % 120) - 60);
+    case 2: /* one exponent per 16 elements, from deep subnormal to near the top */
+        return ldexpf(rnd_f(1.0f), (int)((i / 16 * 2654435761u) % 260) - 140);
+    case 3:
+        return rnd_f(1e-5f) * (i % 3 ? 1.0f : 0x1p-100f);
+    case 4: { /* E4M3 ties (bit 19 set, below it clear) and bf16 ties (0x8000 low) */
+        uint32_t u = (uint32_t)rnd();
+        u = i % 2 ? (u & 0xFFF00000u) | 0x00080000u : (u & 0xFFFF0000u) | 0x8000u;
+        u = (u & 0x80000000u) | (u & 0x7FFFFFFFu) % 0x7F000000u;
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    case 5: {
+        static const float sp[] = {NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 3.4028234664e38f,
+                                   448.0f, -464.0f, 0x1p-149f};
+        return rnd() % 64 ? rnd_f(3.0f) : sp[rnd() % (sizeof sp / sizeof sp[0])];
+    }
+    case 6: {
+        const uint32_t u = (uint32_t)rnd();
+        float f;
+        memcpy(&f, &u, sizeof f);
+        return f;
+    }
+    default:
+        return i % 5 ? 0.0f : -0.0f;
+    }
+}
+
+static void test_quant_twins(void **state)
+{
+    select_twin(state);
+    const struct dsv4_kernel_ops *ref = twin(DSV4_ISA_SCALAR);
+    static const size_t blocks[] = {128, 64, 32, 16, 24, 7};
+    static const size_t lens[] = {0, 1, 15, 16, 17, 128, 200, 256, 1000};
+    enum { NMAX = 1000 };
+    static float x[NMAX], a[NMAX], b[NMAX];
+    for (int round = 0; round < 8; round++)
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                const size_t n = lens[li], block = blocks[bi];
+                for (size_t i = 0; i < n; i++)
+                    x[i] = quant_input(round, i);
+                memcpy(a, x, n * sizeof(float));
+                memcpy(b, x, n * sizeof(float));
+                ref->fp8_qdq(a, n, block);
+                under_test->fp8_qdq(b, n, block);
+                for (size_t i = 0; i < n; i++)
+                    if (memcmp(&a[i], &b[i], sizeof(float)))
+                        fail_msg("%s fp8_qdq round %d block %zu n %zu #%zu (x %a): %a != %a",
+                                 under_test->name, round, block, n, i, (double)x[i],
+                                 (double)b[i], (double)a[i]);
+                memcpy(a, x, n * sizeof(float));
+                memcpy(b, x, n * sizeof(float));
+                ref->bf16_round(a, n);
+                under_test->bf16_round(b, n);
+                for (size_t i = 0; i < n; i++)
+                    if (memcmp(&a[i], &b[i], sizeof(float)))
+                        fail_msg("%s bf16_round round %d n %zu #%zu (x %a): %a != %a",
+                                 under_test->name, round, n, i, (double)x[i], (double)b[i],
+                                 (double)a[i]);
+            }
+}
+
 static void test_dispatch(void **state)
 {
     (void)state;
@@ -1169,6 +1247,7 @@ int main(void)
         {"dot_f64", test_dot_f64},
         {"attn_heads", test_attn_heads},
         {"index_scores", test_index_scores},
+        {"quant_twins", test_quant_twins},
     };
     enum { NT = sizeof per_twin / sizeof per_twin[0] };
     /* one test per (case, twin) that this CPU runs: a twin it lacks is named, not
