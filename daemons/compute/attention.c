@@ -8,6 +8,7 @@
  * together; every query only sees positions ≤ its own.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "internal.h"
@@ -28,6 +29,8 @@ struct attn_job {
     dsv4_session *s;
     const float *sink;
     int n;
+    unsigned long unit;         /* (row, head) pairs per grab */
+    _Atomic unsigned long next; /* the first pair no worker has taken */
 };
 
 /*
@@ -124,20 +127,27 @@ static void attend_heads(dsv4_session *s, int r, int h0, int h1, const float *si
     }
 }
 
-/* A worker's share of the (row, head) pairs, the heads of one row taken together. */
+/* (row, head) pairs taken a unit at a time from a shared counter, the heads of one row
+ * taken together: a row's work grows with its visible positions (later rows of a prompt see
+ * more), so equal fixed shares had left one worker waiting for the other (a quarter of the
+ * job's time in a 512-row prefill step, 2026-12-05) */
 static void attn_worker(void *ctx, int worker, int n_workers)
 {
-    const struct attn_job *j = ctx;
+    struct attn_job *j = ctx;
     dsv4_session *s = j->s;
-    int H = s->e->cfg.n_heads;
-    unsigned long b, en;
-    dsv4_pool_split((unsigned long)j->n * H, 1, worker, n_workers, &b, &en);
+    const unsigned long H = (unsigned long)s->e->cfg.n_heads, total = (unsigned long)j->n * H;
     float *tmp = s->s.attn_tmp + (size_t)worker * DSV4_ATTN_TMP(&s->e->cfg);
-    for (unsigned long i = b; i < en;) {
-        int r = (int)(i / H), h0 = (int)(i % H);
-        int h1 = (int)DSV4_MIN((unsigned long)H, h0 + (en - i));
-        attend_heads(s, r, h0, h1, j->sink, tmp);
-        i += (unsigned long)(h1 - h0);
+    for (;;) {
+        const unsigned long b = atomic_fetch_add_explicit(&j->next, j->unit, memory_order_relaxed);
+        if (b >= total)
+            return;
+        const unsigned long en = DSV4_MIN(total, b + j->unit);
+        for (unsigned long i = b; i < en;) {
+            int r = (int)(i / H), h0 = (int)(i % H);
+            int h1 = (int)DSV4_MIN(H, h0 + (en - i));
+            attend_heads(s, r, h0, h1, j->sink, tmp);
+            i += (unsigned long)(h1 - h0);
+        }
     }
 }
 
@@ -227,7 +237,10 @@ static void attend_output(dsv4_session *s, const struct layer_w *lw,
     const struct dsv4_config *c = &e->cfg;
     struct scratch *sc = &s->s;
     int H = c->n_heads, D = c->head_dim, R = c->rope_head_dim;
-    struct attn_job job = { s, lw->attn_sink, n };
+    const int nw = dsv4_pool_size(e->pool);
+    /* about 16 grabs per worker: fine enough to even out, few enough to cost nothing */
+    struct attn_job job = {s, lw->attn_sink, n,
+                           DSV4_MAX(1ul, (unsigned long)n * H / (16ul * (unsigned long)nw)), 0};
     uint64_t work = 0;
     for (int r = 0; r < n; r++)
         work += (uint64_t)sc->nvis[r] * H * D;
