@@ -116,7 +116,12 @@ static uint64_t spin_ns_from_env(void)
         if (*end == '\0' && us <= 1000000)
             return (uint64_t)us * 1000;
     }
-    return 100 * 1000; /* 100 µs: longer than the gap between the jobs of a step */
+    /* 1 ms: a parked worker on a VM can take milliseconds to run again (its idle vCPU is
+     * descheduled by the host): with 100 µs, a 512-row prefill step's worker parked in the
+     * caller's short serial stretches and started 60-115 jobs per 16 000 more than 0.5 ms
+     * late (0.2-0.4 s per 11 s of steps; sched_switch traces, 2026-12-05); from 300 µs up
+     * the step ran 1.06-1.15x faster, in one process, the spins alternated per rep */
+    return 1000 * 1000;
 }
 
 dsv4_pool *dsv4_pool_new(int n_threads)
