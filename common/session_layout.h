@@ -102,11 +102,22 @@ struct dsv4_layer_layout {
     X(gx, float, (uint64_t)L->chunk * c->dim)   /* one expert's rows (≤ n: ids unique per row) */ \
     X(g, float, (uint64_t)L->chunk * c->moe_inter_dim)                                        \
     X(u, float, (uint64_t)L->chunk * c->moe_inter_dim)                                        \
+    X(ep, float, (uint64_t)L->n_workers * DSV4_EP_TMP(c))  /* per worker: a small expert */  \
+    X(eoff, int, (uint64_t)c->n_routed_experts + 1)         /* a group's slot lists */       \
+    X(eord, int, (uint64_t)c->n_routed_experts)             /* its small experts, largest first */ \
     X(pooltmp, float, (uint64_t)2 * L->max_ratio)             /* pooling temp */          \
     X(rpos, int64_t, (uint64_t)L->chunk)                      /* each row's position */   \
     X(rtok, int32_t, (uint64_t)L->chunk)                      /* each row's token */
 
 struct dsv4_expert_weights;
+
+/* Experts of at most this many rows in a step run one per worker, whole (moe.c); a worker's
+ * scratch for one: its rows in, then out (dim), the fake-quant of an input (the wider), and
+ * the two hidden halves (moe_inter_dim each). */
+#define DSV4_EP_ROWS 32
+#define DSV4_EP_TMP(c)                                                                       \
+    ((uint64_t)DSV4_EP_ROWS * ((uint64_t)(c)->dim + 2 * (uint64_t)(c)->moe_inter_dim +      \
+                               (uint64_t)DSV4_MAX((c)->dim, (c)->moe_inter_dim)))
 
 /* Heads whose scores and P·V attention.c computes together (the heads kernels' groups). */
 #define DSV4_ATTN_HG 8

@@ -174,6 +174,8 @@ void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x
                  float *xq, float *y);
 /* qlinear_fp4 of two weights on the same input (an expert's w1 and w3): x is fake-quantised
  * once, not once per weight */
+void qlinear_fp4_here(const struct dsv4_fp4_weight *const *w, int nb, const float *x, int n,
+                      float *xq, float *const *y);
 void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
                      const struct dsv4_fp4_weight *wb, const float *x, int n, float *xq,
                      float *ya, float *yb);

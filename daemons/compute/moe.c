@@ -8,6 +8,7 @@
  * the shared expert last.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "internal.h"
@@ -229,6 +230,59 @@ static void route(dsv4_session *s, const struct layer_w *lw, const float *f,
     }
 }
 
+/*
+ * The small experts of a lease group (at most DSV4_EP_ROWS rows each), one worker per expert
+ * from gather to scatter, taken largest first from a shared counter: a prefill step's experts
+ * see about 12 rows each, and running each of their five row-wise steps and three matvecs
+ * over the pool cost a barrier and a tail wait apiece, and both workers prepared the same x
+ * for their halves of every matvec. Each (row, choice) slot belongs to one expert, so the
+ * workers write disjoint rows of eout; every step is the pooled one's operations on the same
+ * values, so the bits do not depend on which worker runs which expert.
+ */
+struct ep_job {
+    dsv4_session *s;
+    const struct dsv4_expert_weights *const *ew;
+    const float *f;
+    int nsmall;
+    float limit;
+    _Atomic int next;
+};
+
+static void ep_worker(void *ctx, int worker, int n_workers)
+{
+    struct ep_job *j = ctx;
+    const struct dsv4_config *c = &j->s->e->cfg;
+    const struct scratch *sc = &j->s->s;
+    const int K = c->n_activated_experts, d = c->dim, I = c->moe_inter_dim;
+    float *gx = sc->ep + (size_t)worker * DSV4_EP_TMP(c);
+    float *xq = gx + (size_t)DSV4_EP_ROWS * d, *g = xq + (size_t)DSV4_EP_ROWS * DSV4_MAX(d, I);
+    float *u = g + (size_t)DSV4_EP_ROWS * I;
+    for (;;) {
+        const int i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (i >= j->nsmall)
+            return;
+        const int x = sc->eord[i], m = sc->eoff[x + 1] - sc->eoff[x];
+        const int *sl = sc->slot + sc->eoff[x];
+        const struct dsv4_expert_weights *w = j->ew[x];
+        struct move_job gather = {gx, j->f, sl, K, d, true};
+        move_range(&gather, 0, (unsigned long)m);
+        const struct dsv4_fp4_weight *w13[2] = {&w->w1, &w->w3};
+        float *gu[2] = {g, u};
+        if (w->w1.cols == w->w3.cols) {
+            qlinear_fp4_here(w13, 2, gx, m, xq, gu);
+        } else { /* not one input width: each its own fake-quant */
+            qlinear_fp4_here(w13, 1, gx, m, xq, gu);
+            qlinear_fp4_here(w13 + 1, 1, gx, m, xq, gu + 1);
+        }
+        struct swiglu_job sj = {g, u, sc->rw, sl, I, j->limit};
+        swiglu_range(&sj, 0, (unsigned long)m);
+        const struct dsv4_fp4_weight *w2 = &w->w2;
+        qlinear_fp4_here(&w2, 1, g, m, xq, &gx);
+        struct move_job scatter = {sc->eout, gx, sl, K, d, false};
+        move_range(&scatter, 0, (unsigned long)m);
+    }
+}
+
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err)
 {
@@ -290,25 +344,46 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
             return rc;
         if (g0 == 0 && target)  /* this layer's first leases are in: hint the next layer's */
             lookahead(s, layer, f, n);
+        /* each expert's (row, choice) slots, expert by expert: at most one per row (route
+         * leaves an id once per row), so m <= n and the lists fit slot's n·K */
+        int *eoff = sc->eoff, *eord = sc->eord, nsmall = 0;
+        eoff[0] = 0;
         for (int u = 0; u < ng; u++) {
-            /* at most one row each (route leaves an id once per row), so m <= n: the
-             * scratch's gx, g and u hold n rows */
-            int m = 0;
+            int m = eoff[u];
             for (int r = 0; r < n; r++)
                 for (int k = 0; k < K; k++)
                     if (sc->rsel[r * K + k] == ids[g0 + u]) {
                         slot[m++] = r * K + k;
                         break;
                     }
-            struct move_job gather = {sc->gx, f, slot, K, d, true};
+            eoff[u + 1] = m;
+        }
+        for (int u = 0; u < ng; u++) {
+            const int m = eoff[u + 1] - eoff[u];
+            if (m <= DSV4_EP_ROWS) { /* the small ones, largest first (insertion) */
+                int i = nsmall++;
+                for (; i > 0 && eoff[eord[i - 1] + 1] - eoff[eord[i - 1]] < m; i--)
+                    eord[i] = eord[i - 1];
+                eord[i] = u;
+                continue;
+            }
+            /* a large one: each of its steps over the pool; the scratch's gx, g and u hold
+             * n rows */
+            const int *sl = slot + eoff[u];
+            struct move_job gather = {sc->gx, f, sl, K, d, true};
             engine_rows(e, m, (size_t)d, move_range, &gather);
             qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
-            struct swiglu_job sj = {sc->g, sc->u, sc->rw, slot, I, limit};
+            struct swiglu_job sj = {sc->g, sc->u, sc->rw, sl, I, limit};
             engine_rows(e, m, (size_t)I * SWIGLU_COST, swiglu_range, &sj);
             qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
-            struct move_job scatter = {sc->eout, sc->gx, slot, K, d, false};
+            struct move_job scatter = {sc->eout, sc->gx, sl, K, d, false};
             engine_rows(e, m, (size_t)d, move_range, &scatter);
         }
+        struct ep_job ej = {s, ew, f, nsmall, limit, 0};
+        if (dsv4_pool_size(e->pool) == 1 || nsmall < 2)
+            ep_worker(&ej, 0, 1);
+        else
+            dsv4_pool_run(e->pool, ep_worker, &ej);
         prov->release(prov->ctx, layer, ids + g0, ng);
     }
 

@@ -138,6 +138,21 @@ void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
     round_rows(e, yb, n, wb->rows);
 }
 
+/* qlinear_fp4 (nb = 1) or qlinear_fp4_two (nb = 2, one input width) on the calling thread
+ * alone: a worker's expert in moe.c's expert-parallel job. The same operations as the pooled
+ * forms, so the same bits. */
+void qlinear_fp4_here(const struct dsv4_fp4_weight *const *w, int nb, const float *x, int n,
+                      float *xq, float *const *y)
+{
+    struct rows_job q = {xq, x, w[0]->cols};
+    quant_range(&q, 0, (unsigned long)n);
+    for (int i = 0; i < nb; i++) {
+        dsv4_matvec_fp4(w[i], xq, (size_t)n, y[i], w[i]->rows, 0, w[i]->rows);
+        struct rows_job r = {y[i], NULL, w[i]->rows};
+        round_range(&r, 0, (unsigned long)n);
+    }
+}
+
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps)
 {
     for (int r = 0; r < n; r++) {
