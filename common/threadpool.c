@@ -120,7 +120,7 @@ static uint64_t spin_ns_from_env(void)
      * descheduled by the host): with 100 µs, a 512-row prefill step's worker parked in the
      * caller's short serial stretches and started 60-115 jobs per 16 000 more than 0.5 ms
      * late (0.2-0.4 s per 11 s of steps; sched_switch traces, 2026-12-05); from 300 µs up
-     * the step ran 1.06-1.15x faster, in one process, the spins alternated per rep */
+     * the step ran 1.06-1.16x faster, in one process, the spins alternated per rep */
     return 1000 * 1000;
 }
 
