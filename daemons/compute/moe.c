@@ -283,6 +283,24 @@ static void ep_worker(void *ctx, int worker, int n_workers)
     }
 }
 
+/* one expert on its m rows (slots sl), each step over the pool; the scratch's gx, g and u
+ * hold n rows */
+static void expert_pooled(dsv4_session *s, const struct dsv4_expert_weights *w, const float *f,
+                          const int *sl, int m, float limit)
+{
+    dsv4_engine *e = s->e;
+    struct scratch *sc = &s->s;
+    const int K = e->cfg.n_activated_experts, d = e->cfg.dim, I = e->cfg.moe_inter_dim;
+    struct move_job gather = {sc->gx, f, sl, K, d, true};
+    engine_rows(e, m, (size_t)d, move_range, &gather);
+    qlinear_fp4_two(e, &w->w1, &w->w3, sc->gx, m, sc->xq, sc->g, sc->u);
+    struct swiglu_job sj = {sc->g, sc->u, sc->rw, sl, I, limit};
+    engine_rows(e, m, (size_t)I * SWIGLU_COST, swiglu_range, &sj);
+    qlinear_fp4(e, &w->w2, sc->g, m, sc->xq, sc->gx);
+    struct move_job scatter = {sc->eout, sc->gx, sl, K, d, false};
+    engine_rows(e, m, (size_t)d, move_range, &scatter);
+}
+
 int moe_layer(dsv4_session *s, int layer, const float *f, const int32_t *tokens, int n,
               float *out, struct dsv4_err *err)
 {
@@ -367,23 +385,18 @@ int moe_block(dsv4_session *s, const struct layer_w *lw, const struct dsv4_exper
                 eord[i] = u;
                 continue;
             }
-            /* a large one: each of its steps over the pool; the scratch's gx, g and u hold
-             * n rows */
-            const int *sl = slot + eoff[u];
-            struct move_job gather = {sc->gx, f, sl, K, d, true};
-            engine_rows(e, m, (size_t)d, move_range, &gather);
-            qlinear_fp4_two(e, &ew[u]->w1, &ew[u]->w3, sc->gx, m, sc->xq, sc->g, sc->u);
-            struct swiglu_job sj = {sc->g, sc->u, sc->rw, sl, I, limit};
-            engine_rows(e, m, (size_t)I * SWIGLU_COST, swiglu_range, &sj);
-            qlinear_fp4(e, &ew[u]->w2, sc->g, m, sc->xq, sc->gx);
-            struct move_job scatter = {sc->eout, sc->gx, sl, K, d, false};
-            engine_rows(e, m, (size_t)d, move_range, &scatter);
+            expert_pooled(s, ew[u], f, slot + eoff[u], m, limit);
         }
-        struct ep_job ej = {s, ew, f, nsmall, limit, 0};
-        if (dsv4_pool_size(e->pool) == 1 || nsmall < 2)
-            ep_worker(&ej, 0, 1);
-        else
-            dsv4_pool_run(e->pool, ep_worker, &ej);
+        if (nsmall == 1 && dsv4_pool_size(e->pool) > 1) { /* alone: its steps over the pool */
+            expert_pooled(s, ew[eord[0]], f, slot + eoff[eord[0]],
+                          eoff[eord[0] + 1] - eoff[eord[0]], limit);
+        } else {
+            struct ep_job ej = {s, ew, f, nsmall, limit, 0};
+            if (dsv4_pool_size(e->pool) == 1)
+                ep_worker(&ej, 0, 1);
+            else
+                dsv4_pool_run(e->pool, ep_worker, &ej);
+        }
         prov->release(prov->ctx, layer, ids + g0, ng);
     }
 
