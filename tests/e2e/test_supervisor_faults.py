@@ -13,6 +13,12 @@ kill   For several seeds, SIGKILL of dsv4-supervisor at a random moment of a 64-
 stop   SIGSTOP of the supervisor for longer than the watchdog timeout, mid-generation, then
        SIGCONT, three times: each generation is exact and no daemon was killed or restarted (the queued
        heartbeats are read before the watchdog judges).
+records  A process on its way out has let go of its memory (no maps, an empty command line)
+       before it has finished, so only the set's records still name it: a stand-in process
+       (dsv4-*, neither mapping a segment nor started with the run dir) recorded after the
+       supervisor's SIGKILL as a daemon (its stats page: pid, spawn time) or as the supervisor
+       (the lock file) is stopped and waited for by `stop`; the same record dated a minute
+       (page) or 20 minutes (lock) before the process started names an older process: left alone.
 """
 import glob
 import json
@@ -20,6 +26,8 @@ import os
 import random
 import shutil
 import signal
+import mmap
+import struct
 import subprocess
 import sys
 import time
@@ -151,6 +159,52 @@ def stop_scenario():
           "no daemon killed or restarted, stop clean")
 
 
+def records_scenario():
+    os.makedirs(scratch, exist_ok=True)
+    fake_exe = os.path.join(scratch, "dsv4-standin")     # comm "dsv4-standin"
+    shutil.copy("/bin/sleep", fake_exe)
+    for where in ("page", "lock"):
+        for recent in (True, False):
+            shutil.rmtree(run_dir, ignore_errors=True)
+            st, sid = start()
+            pids = [d["pid"] for d in st["daemons"] if d["pid"]] + [st["supervisor_pid"]]
+            os.kill(st["supervisor_pid"], signal.SIGKILL)
+            t0 = time.time()
+            while any(alive(p) for p in pids) and time.time() - t0 < 20:
+                time.sleep(0.05)
+            assert not any(alive(p) for p in pids), (where, pids)
+            fake = subprocess.Popen([fake_exe, "60"])
+            now = time.time()
+            if where == "page":
+                with open(f"/dev/shm/dsv4-{os.geteuid()}-{sid}-compute", "r+b") as f:
+                    m = mmap.mmap(f.fileno(), 0)
+                    struct.pack_into("<QQ", m, 64, fake.pid, int((now - (0 if recent else 60)) * 1000))
+                    m.close()
+            else:
+                lock = os.path.join(run_dir, "supervisor.lock")
+                with open(lock, "w") as f:
+                    f.write(f"{fake.pid}\n")
+                if not recent:
+                    os.utime(lock, (now - 1200, now - 1200))
+            p = ctl("stop", "--run-dir", run_dir, "--timeout", "10", check=False)
+            try:
+                if recent:
+                    assert fake.wait(timeout=10) == -signal.SIGTERM, (where, p.stderr)
+                    assert p.returncode == 1 and "1 process of the set still ran" in p.stderr, \
+                        (where, p.returncode, p.stderr)
+                else:
+                    assert fake.poll() is None, (where, "stop signalled an older record's pid")
+                    assert "still ran" not in p.stderr, (where, p.stderr)
+            finally:
+                fake.kill()
+                fake.wait()
+            assert leftovers(sid, pids)[1:] == ([], []), where
+    print("ok: records: a stand-in recorded in a stats page or the lock file after the "
+          "supervisor's SIGKILL was stopped by `stop`; dated before its start, left alone")
+
+
+if only in (None, "records"):
+    records_scenario()
 if only in (None, "kill"):
     kill_scenario()
 if only in (None, "stop"):

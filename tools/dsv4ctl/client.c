@@ -70,6 +70,12 @@ int client_submit(struct client *c)
     return r;
 }
 
+const char *client_unreachable(const struct client *c)
+{
+    return dsv4_rundir_supervisor_pid(c->dir) == 0 ? "the daemons stopped"
+                                                   : "scheduler not reachable";
+}
+
 int client_wait(struct client *c, int timeout_ms, struct dsv4_msg *m)
 {
     zmq_pollitem_t it[2] = { { c->sock, 0, ZMQ_POLLIN, 0 }, { NULL, c->sigfd, ZMQ_POLLIN, 0 } };

@@ -32,6 +32,9 @@ int client_open(struct client *c, const char *run_dir_arg, const char *who);
 void client_close(struct client *c);
 /* Send c->req (blocking up to a few seconds); remembers the scheduler's pid. */
 int client_submit(struct client *c);
+/* What to tell the user when the scheduler did not take a request: the set is gone (its
+ * supervisor died, the daemons followed) or the scheduler is not answering. */
+const char *client_unreachable(const struct client *c);
 /*
  * Wait up to timeout_ms for a message: 1 = *m decoded (pointing into c->in),
  * 0 = nothing, -EINTR = SIGINT/SIGTERM, -ECONNRESET = the scheduler was

@@ -225,7 +225,7 @@ int dsv4ctl_gen(int argc, char **argv)
     if (!rc) {
         build_generate(&c, id, &a, &prompt, got, 0);
         if (client_submit(&c) < 0) {
-            fprintf(stderr, "dsv4ctl gen: scheduler not reachable\n");
+            fprintf(stderr, "dsv4ctl gen: %s\n", client_unreachable(&c));
             rc = DSV4_EXIT_UNAVAILABLE;
         }
     }
@@ -393,8 +393,10 @@ static int score_daemon(int argc, char **argv)
         dsv4_wire_put(&c.req, &sc, sizeof(sc));
         dsv4_wire_put(&c.req, prompt.v, prompt.n * 4);
         dsv4_wire_finish(&c.req);
-        if (client_submit(&c) < 0)
+        if (client_submit(&c) < 0) {
+            fprintf(stderr, "dsv4ctl score: %s\n", client_unreachable(&c));
             rc = DSV4_EXIT_UNAVAILABLE;
+        }
     }
     uint32_t next = 0;
     while (!rc) {
@@ -405,6 +407,7 @@ static int score_daemon(int argc, char **argv)
             break;
         }
         if (r == -ENOTCONN) {
+            fprintf(stderr, "dsv4ctl score: the daemons stopped\n");
             rc = DSV4_EXIT_UNAVAILABLE;
             break;
         }

@@ -8,8 +8,9 @@
  *
  * Then, and also when no supervisor runs (it may have been killed: its daemons follow it
  * through their parent-death signal but nobody removes what they used), stop verifies: any
- * daemon (dsv4-*) still mapping one of the set's segments or started with its run dir is
- * stopped (SIGTERM, then SIGKILL; stop waits until each is gone),
+ * daemon (dsv4-*) still mapping one of the set's segments or started with its run dir, or
+ * recorded as the set's (a stats page's pid, the lock file's: one on its way out shows neither
+ * maps nor command line) is stopped (SIGTERM, then SIGKILL; stop waits until each is gone),
  * the set's segments, sockets and address files are removed, and what was found is said; the
  * exit status is 1 when the set had to be cleaned up after, 0 for a clean stop.
  */
@@ -25,8 +26,10 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "dsv4_wire.h"
 #include "dsv4ctl.h"
 #include "parse.h"
 #include "rundir.h"
@@ -134,6 +137,75 @@ static int set_members(const char *id, const char *real, struct member *m, int m
     return n;
 }
 
+/* When a process started, in CLOCK_REALTIME seconds, from its start in clock ticks since boot. */
+static double started_unix_s(unsigned long long ticks)
+{
+    struct timespec rt, bt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    clock_gettime(CLOCK_BOOTTIME, &bt);
+    return (double)(rt.tv_sec - bt.tv_sec) + (double)(rt.tv_nsec - bt.tv_nsec) / 1e9 +
+           (double)ticks / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* Adds to m[0..*n) the process the set recorded as pid, started between lo and hi (CLOCK_REALTIME
+ * seconds), when it is ours, named dsv4-*, still running and not there already. A process on
+ * its way out has let go of its memory (no maps, an empty command line) some time before it
+ * has finished: set_members cannot see it, only these records still name it. The start window
+ * tells the recorded process from a later one given the same pid. */
+static void add_recorded(long long pid, double lo, double hi, struct member *m, int *n, int max)
+{
+    if (pid <= 0 || pid > INT_MAX || pid == getpid() || *n >= max)
+        return;
+    for (int i = 0; i < *n; i++)
+        if (m[i].pid == pid)
+            return;
+    char path[64], comm[32] = "";
+    struct stat st;
+    snprintf(path, sizeof(path), "/proc/%lld", pid);
+    if (stat(path, &st) < 0 || st.st_uid != geteuid())
+        return;
+    snprintf(path, sizeof(path), "/proc/%lld/comm", pid);
+    FILE *f = fopen(path, "r");
+    bool named = f && fgets(comm, sizeof(comm), f) && !strncmp(comm, "dsv4-", 5);
+    if (f)
+        fclose(f);
+    unsigned long long start;
+    if (!named || !running((int)pid, &start))
+        return;
+    double t = started_unix_s(start);
+    if (t < lo || t > hi)
+        return;
+    m[*n].pid = (int)pid;
+    m[*n].start = start;
+    (*n)++;
+}
+
+/* The set's processes as recorded: each daemon's pid in its stats page (the supervisor writes
+ * it at the spawn, with the time) and the supervisor's in the lock file (written at its start,
+ * which the file's mtime dates), added to m[0..*n) by add_recorded. */
+static void recorded_members(const char *dir, int lock, struct member *m, int *n, int max)
+{
+    for (int r = 0; r < DSV4_ROLE_COUNT; r++) {
+        struct dsv4_stats_shm *s;
+        if (dsv4_stats_map(dir, r, false, &s, NULL) < 0)
+            continue;
+        double t = (double)atomic_load(&s->started_unix_ms) / 1e3;
+        add_recorded((long long)atomic_load(&s->pid), t - 5, t + 5, m, n, max);
+        dsv4_stats_unmap(s);
+    }
+    char buf[32] = "";
+    struct stat st;
+    int pid;
+    ssize_t k = pread(lock, buf, sizeof(buf) - 1, 0);
+    if (k > 0 && fstat(lock, &st) == 0) {
+        buf[k] = '\0';
+        buf[strcspn(buf, "\n")] = '\0';
+        double t = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
+        if (dsv4_parse_int(buf, 1, INT32_MAX, &pid) == 0)  /* started, then wrote the file */
+            add_recorded(pid, t - 120, t + 5, m, n, max);
+    }
+}
+
 /* Whether m is still the process set_members saw (not finished, its pid not reused). */
 static bool member_running(const struct member *m)
 {
@@ -173,6 +245,7 @@ static int sweep(const char *dir, double grace, int *n_procs)
         struct member m[MAXP];
         char real[PATH_MAX];
         *n_procs = set_members(id, realpath(dir, real) ? real : NULL, m, MAXP);
+        recorded_members(dir, lock, m, n_procs, MAXP);
         for (int i = 0; i < *n_procs; i++)
             kill(m[i].pid, SIGTERM);
         /* wait for the processes themselves, not for their mappings: a daemon unmaps its
