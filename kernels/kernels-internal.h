@@ -5,7 +5,8 @@
  *
  * All matvecs accumulate in DSV4_LANES = 16 fp32 lanes; lane j of a K-block
  * takes the elements whose offset from the block start is ≡ j (mod 16), in
- * ascending order, with fused multiply-adds. The 16 lanes are folded by
+ * ascending order (FP8: each 32-column group's upper element first, the pair
+ * order of vdpbf16ps), with fused multiply-adds. The 16 lanes are folded by
  * dsv4_lane_reduce (j + 8, then + 4, + 2, + 1). docs/numerics.md spells the
  * whole order out; because every twin follows it, all twins give the same
  * bits.

@@ -22,8 +22,16 @@ static float fp8_row(const struct dsv4_fp8_weight *w, uint32_t i, const float *x
     for (uint32_t kb = 0; kb < kblocks; kb++) {
         uint32_t k0 = kb * B, k1 = k0 + B < w->cols ? k0 + B : w->cols;
         float p[DSV4_LANES] = {0};
-        for (uint32_t k = k0; k < k1; k++)
-            p[(k - k0) % DSV4_LANES] = fmaf(fp8_weight(wr[k]), x[k], p[(k - k0) % DSV4_LANES]);
+        /* lane j = (k − k0) mod 16; each 32-column group from the block's start gives its
+         * lanes their upper column first (g + 16 + j, then g + j): the pair order of
+         * vdpbf16ps, so that the bf16 twin is this definition too (docs/numerics.md) */
+        for (uint32_t g = k0; g < k1; g += 2 * DSV4_LANES)
+            for (int half = 1; half >= 0; half--)
+                for (uint32_t j = 0; j < DSV4_LANES; j++) {
+                    const uint32_t k = g + (uint32_t)half * DSV4_LANES + j;
+                    if (k < k1)
+                        p[j] = fmaf(fp8_weight(wr[k]), x[k], p[j]);
+                }
         uint8_t e = sr[kb];
         if (e <= DSV4_E8M0_FAST_MAX) {
             float s = dsv4_fp8_fast_scale(e);

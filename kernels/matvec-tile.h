@@ -20,7 +20,10 @@
  * Either way every (weight row, activation row) output sees exactly the
  * operation sequence of the scalar definition (kernels-internal.h,
  * docs/numerics.md): lane j only ever takes the columns ≡ j (mod 16) in
- * ascending order, so the result does not depend on nx, on R or on the path.
+ * ascending order (FP8: in each 32-column group from the block start the upper one
+ * first, fp8_step), so the result does not depend on nx, on R or on the path. The
+ * avx512bf16 twin runs FP8 passes whose activations are bf16 values (FP8-QDQ'd rows)
+ * through vdpbf16ps, whose pair order is that one (mac_b).
  *
  * A definition lane j lives in vector half j / VL (AVX2 has two 8-lane halves,
  * AVX-512 one 16-lane vector). From the buffer the halves are separate
@@ -103,6 +106,18 @@ static inline struct split split_rows(size_t nc)
     return sp;
 }
 
+/* The FP8 definition takes each 32-column group of a block upper half first (the pair order
+ * of vdpbf16ps): the u-th step of 16 columns from the block's start covers columns
+ * fp8_step(u) .. + 15, i.e. steps 1, 0, 3, 2, …, a lone last step in place. BF16 rows go in
+ * order. */
+INLINE uint32_t fp8_step(const int SRC, uint32_t u, uint32_t len)
+{
+    if (SRC != SRC_FP8)
+        return u;
+    const uint32_t g = u & ~31u;
+    return g + 16 >= len ? u : g + 16 - (u & 16);
+}
+
 /* 16 consecutive weights of row `w` at column k */
 INLINE void wdec16(const int SRC, const struct wrow *w, uint32_t k, vf out[NH])
 {
@@ -127,7 +142,8 @@ INLINE void mac_tile(const int SRC, const int MODE, const int R, const int NX,
             for (int h = 0; h < NH; h++)
                 a[r][n][h] = MODE == MODE_ACC ? vf_load(acc + (r * NXC + n) * 16 + h * VL)
                                               : vf_zero();
-    for (uint32_t t = 0; t < len; t += 16) {
+    for (uint32_t u = 0; u < len; u += 16) {
+        const uint32_t t = fp8_step(SRC, u, len);
         vf wv[RMAX][NH];
         for (int r = 0; r < R; r++)
             wdec16(SRC, &w[r], k0 + t, wv[r]);
@@ -181,8 +197,9 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
         /* len ≥ 16: a loop that may run zero times made GCC keep the accumulators in a
          * stack array (zeroed, stored after the loop, reloaded by the epilogue) */
         const int XS = MODE == MODE_ACC ? KC : KC8;
-        uint32_t t = h * VL;
+        uint32_t u = 0;
         do {
+            const uint32_t t = h * VL + fp8_step(MODE == MODE_ACC ? SRC_BF16 : SRC_FP8, u, len);
             vf wv[RMAX];
             for (int r = 0; r < R; r++)
                 wv[r] = vf_load(wb + r * KC + t);
@@ -192,8 +209,8 @@ INLINE void mac_buf(const int MODE, const int R, const int NX, const float *wb, 
                 for (int r = 0; r < R; r++)
                     a[r][n] = vf_fma(wv[r], xv, a[r][n]);
             }
-            t += 16;
-        } while (t < len);
+            u += 16;
+        } while (u < len);
         for (int r = 0; r < R; r++) {
             float *ar = acc + r * NXC * 16 + h * VL;
             if (MODE == MODE_ACC) {
@@ -282,7 +299,8 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
             for (int n = 0; n < NX; n++)
                 for (int h = 0; h < NH; h++)
                     p[r][n][h] = SRC == SRC_FP8 ? vf_zero() : c[r][n][h];
-        for (uint32_t t = b0; t < b1; t += STEP) {
+        for (uint32_t u = b0; u < b1; u += STEP) {
+            const uint32_t t = b0 + fp8_step(SRC, u - b0, b1 - b0);
             /* row by row: only one row's decoded weights live at a time, the x loads
              * (L1) fold into the fmas */
             for (int r = 0; r < R; r++) {
@@ -446,13 +464,205 @@ INLINE void fold(const int R, const float *acc, size_t nc, float *y, size_t ldy,
 
 /* ---- FP8 ---- */
 
+#ifdef FP8_BF16
+/*
+ * The FP8 buffered path in bf16 (the avx512bf16 twin): vdpbf16ps takes, per lane j of a
+ * 32-column group, the product of its upper column first, then its lower one, each added
+ * with a rounding (Intel's pseudo-code; fp8_bf16_ok checks this CPU) — the definition's pair
+ * order. Its products are exact when both factors are bf16 values: the decoded weights are
+ * (e4m3·2^-8, three mantissa bits), and so is an activation row that was FP8-QDQ'd. The
+ * instruction flushes subnormal inputs and results; a pass takes this path only when every
+ * nonzero x has an exponent in [−90, 90]: then every product is a multiple of
+ * 2^(−9−8−90−7) = 2^−114 and below 2^91, so no nonzero partial is subnormal and none
+ * overflows, and the sums are the fp32 path's bit for bit. Other passes take the fp32 path.
+ * A 32-column group of a row lies in one vector: dword j = (column j, column 16 + j).
+ */
+#define FP8B_EMIN (127 - 90)
+#define FP8B_EMAX (127 + 90)
+
+/* whether vdpbf16ps adds the upper product first, then the lower, rounding each time (as the
+ * definition's two fmas do): checked once on lanes where the orders and a single rounding
+ * differ */
+static int fp8_bf16_ok(void)
+{
+    static _Atomic int state; /* 0 unknown, 1 yes, −1 no (a race only repeats the check) */
+    int st = state;
+    if (st)
+        return st > 0;
+    uint32_t seed = 12345;
+    int ok = 1;
+    for (int it = 0; it < 64 && ok; it++) {
+        float c[16], w[32], x[32];
+        uint16_t wb[32], xb[32];
+        for (int i = 0; i < 32; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            const uint32_t wbits = ((seed >> 8) & 0x807Fu) | ((uint32_t)(120 + (seed >> 24) % 16) << 7);
+            seed = seed * 1664525u + 1013904223u;
+            const uint32_t xbits = ((seed >> 8) & 0x807Fu) | ((uint32_t)(110 + (seed >> 24) % 32) << 7);
+            wb[i] = (uint16_t)wbits;
+            xb[i] = (uint16_t)xbits;
+            const uint32_t wf = wbits << 16, xf = xbits << 16;
+            memcpy(&w[i], &wf, 4);
+            memcpy(&x[i], &xf, 4);
+        }
+        for (int j = 0; j < 16; j++) {
+            seed = seed * 1664525u + 1013904223u;
+            c[j] = (float)(int32_t)seed * 0x1p-20f;
+        }
+        float r[16];
+        _mm512_storeu_ps(r, _mm512_dpbf16_ps(_mm512_loadu_ps(c), (__m512bh)_mm512_loadu_si512(wb),
+                                             (__m512bh)_mm512_loadu_si512(xb)));
+        for (int j = 0; j < 16 && ok; j++) {
+            const float d = fmaf(w[2 * j], x[2 * j], fmaf(w[2 * j + 1], x[2 * j + 1], c[j]));
+            ok = memcmp(&d, &r[j], 4) == 0;
+        }
+    }
+    state = ok ? 1 : -1;
+    return ok;
+}
+
+/*
+ * The nc activation rows of a pass as bf16 in the group layout, block by block: block kb of
+ * row n at (kb·nc + n)·KC8 uint16s. NULL when a value is not a bf16 with its exponent in
+ * range (or zero), or without memory: the caller then packs fp32.
+ */
+static uint16_t *x_pack_b(const float *x, size_t cols, size_t nc, uint32_t B)
+{
+    const size_t nch = (cols + B - 1) / B;
+    uint16_t *p = aligned_alloc(64, nch * nc * KC8 * sizeof(uint16_t));
+    if (!p)
+        return NULL;
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF), abs = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i emin = _mm512_set1_epi32(FP8B_EMIN << 23);
+    const __m512i erange = _mm512_set1_epi32((FP8B_EMAX - FP8B_EMIN + 1) << 23);
+    __mmask16 bad = 0;
+    for (size_t j = 0; j < nch; j++) {
+        const uint32_t k0 = (uint32_t)j * B, m = cols - k0 < B ? (uint32_t)(cols - k0) : B;
+        for (size_t n = 0; n < nc; n++)
+            for (uint32_t g = 0; g < m; g += 32) {
+                const float *s = x + n * cols + k0 + g;
+                const __m512i a = _mm512_loadu_si512(s), b = _mm512_loadu_si512(s + 16);
+                /* nonzero: low half zero and (|v| − 2^EMIN) unsigned below the range */
+                const __m512i aa = _mm512_and_si512(a, abs), ba = _mm512_and_si512(b, abs);
+                bad |= _mm512_test_epi32_mask(_mm512_or_si512(a, b), lo16);
+                bad |= _mm512_mask_cmpge_epu32_mask(_mm512_test_epi32_mask(aa, aa),
+                                                    _mm512_sub_epi32(aa, emin), erange);
+                bad |= _mm512_mask_cmpge_epu32_mask(_mm512_test_epi32_mask(ba, ba),
+                                                    _mm512_sub_epi32(ba, emin), erange);
+                _mm512_store_si512(p + (j * nc + n) * KC8 + g,
+                                   _mm512_or_si512(_mm512_andnot_si512(lo16, b),
+                                                   _mm512_srli_epi32(a, 16)));
+            }
+    }
+    if (bad) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* R decoded rows (bf16 group layout, KC8 apart) × NX packed rows (KC8 apart), one block of
+ * len columns (len % 32 == 0): partials from +0, then the block factor as in mac_buf */
+INLINE void mac_b(const int MODE, const int R, const int NX, const uint16_t *wb,
+                  const uint16_t *xb, uint32_t len, const struct bfac *bf, float *acc)
+{
+    __m512 a[RMAX][NXMAX];
+    for (int r = 0; r < R; r++)
+        for (int n = 0; n < NX; n++)
+            a[r][n] = vf_zero();
+    uint32_t t = 0;
+    do {
+        __m512i wv[RMAX];
+        for (int r = 0; r < R; r++)
+            wv[r] = _mm512_load_si512(wb + r * KC8 + t);
+        for (int n = 0; n < NX; n++) {
+            __m512i xv = _mm512_load_si512(xb + n * KC8 + t);
+            __asm__("" : "+v"(xv));
+            for (int r = 0; r < R; r++)
+                a[r][n] = _mm512_dpbf16_ps(a[r][n], (__m512bh)wv[r], (__m512bh)xv);
+        }
+        t += 32;
+    } while (t < len);
+    for (int r = 0; r < R; r++) {
+        float *ar = acc + r * NXC * 16;
+        const vf s = vf_set1(bf->sc[r]);
+        for (int n = 0; n < NX; n++) {
+            const vf old = MODE == MODE_BLK0 ? vf_zero() : vf_load(ar + n * 16);
+            vf_store(ar + n * 16, bf->fast[r] ? vf_fma(a[r][n], s, old)
+                                              : vf_fma(vf_mul(a[r][n], vf_set1(256.0f)), s, old));
+        }
+    }
+}
+
+#define MAC_B_FN(M, TAG, R, NX)                                                                    \
+    static __attribute__((noinline)) void mac_b_##M##_##TAG##_##NX(                                \
+        const uint16_t *wb, const uint16_t *xb, uint32_t len, const struct bfac *bf, float *acc)  \
+    {                                                                                              \
+        mac_b(M, R, NX, wb, xb, len, bf, acc);                                                     \
+    }
+#define MAC_B_NX(M, TAG, R)                                                                        \
+    MAC_B_FN(M, TAG, R, 1) MAC_B_FN(M, TAG, R, 2) MAC_B_FN(M, TAG, R, 3)                          \
+    MAC_B_FN(M, TAG, R, 4) MAC_B_FN(M, TAG, R, 5) MAC_B_FN(M, TAG, R, 6)
+MAC_B_NX(1, 1, 1) MAC_B_NX(1, T, TILE_R) MAC_B_NX(2, 1, 1) MAC_B_NX(2, T, TILE_R)
+
+#define MAC_B_CASE(M, TAG)                                                                         \
+    switch (nx) {                                                                                  \
+    case 1: mac_b_##M##_##TAG##_1(wb, xb, len, bf, acc); return;                                  \
+    case 2: mac_b_##M##_##TAG##_2(wb, xb, len, bf, acc); return;                                  \
+    case 3: mac_b_##M##_##TAG##_3(wb, xb, len, bf, acc); return;                                  \
+    case 4: mac_b_##M##_##TAG##_4(wb, xb, len, bf, acc); return;                                  \
+    case 5: mac_b_##M##_##TAG##_5(wb, xb, len, bf, acc); return;                                  \
+    default: mac_b_##M##_##TAG##_6(wb, xb, len, bf, acc); return;                                 \
+    }
+
+INLINE void mac_b_any(const int MODE, const int R, int nx, const uint16_t *wb, const uint16_t *xb,
+                      uint32_t len, const struct bfac *bf, float *acc)
+{
+    if (MODE == MODE_BLK && R == 1)
+        MAC_B_CASE(1, 1)
+    else if (MODE == MODE_BLK)
+        MAC_B_CASE(1, T)
+    else if (R == 1)
+        MAC_B_CASE(2, 1)
+    else
+        MAC_B_CASE(2, T)
+}
+
+/* chunk() in bf16: the block of R weight rows decoded once into the group layout */
+INLINE void chunk_b(const int MODE, const int R, const struct wrow *raw, const uint16_t *xb,
+                    const struct split *sp, uint32_t k0, uint32_t len, float *acc, uint16_t *buf)
+{
+    struct bfac bf;
+    const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    for (int r = 0; r < R; r++) {
+        const uint8_t *p = (const uint8_t *)raw[r].p + k0;
+        for (uint32_t g = 0; g < len; g += 32) {
+            vf lo[1], hi[1];
+            fp8_dec16(p + g, lo);
+            fp8_dec16(p + g + 16, hi);
+            _mm512_store_si512(buf + (size_t)r * KC8 + g,
+                               _mm512_or_si512(_mm512_andnot_si512(lo16, _mm512_castps_si512(hi[0])),
+                                               _mm512_srli_epi32(_mm512_castps_si512(lo[0]), 16)));
+        }
+        const uint8_t e = *raw[r].e;
+        bf.fast[r] = e <= DSV4_E8M0_FAST_MAX;
+        bf.sc[r] = bf.fast[r] ? dsv4_fp8_fast_scale(e) : dsv4_e8m0_to_f32(e);
+    }
+    for (int i = 0, n = 0; i < sp->nt; i++) {
+        mac_b_any(MODE, R, sp->k[i], buf, xb + n * KC8, len, &bf, acc + n * 16);
+        n += sp->k[i];
+    }
+}
+#endif
+
+
 /*
  * FP8 rows i0 .. i0 + R·NT − 1 (NT tiles of R rows) for nc activation rows: along
  * K block by block; the block's x of the pass stays in L1 for all NT tiles.
  */
 INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w, const float *x,
-                     const float *xp, size_t nc, float *y, size_t ldy, uint32_t i0,
-                     const int CHECK)
+                     const float *xp, const uint16_t *xpb, size_t nc, float *y, size_t ldy,
+                     uint32_t i0, const int CHECK)
 {
     const uint32_t B = w->block, cols = w->cols, kblocks = (cols + B - 1) / B;
     const int RB = R * NT;
@@ -476,7 +686,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
         wr[r] = w->w + (size_t)(i0 + r) * cols;
         er[r] = w->scale + (size_t)((i0 + r) / B) * kblocks; /* (a division per row, once) */
         nan_row[r] = 0;
-        for (size_t n = 0; n < nc && !xp; n++)     /* (from the buffer: MODE_BLK0 sets it) */
+        for (size_t n = 0; n < nc && !xp && !xpb; n++) /* (buffered: MODE_BLK0 sets it) */
             memset(acc + (r * NXC + n) * 16, 0, 16 * sizeof(float));
     }
     const struct split sp = split_rows(nc);
@@ -501,6 +711,13 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                 raw[r] = (struct wrow){wr[rr], er[rr] + kb};
             }
             float *at = acc + (size_t)tl * R * NXC * 16;
+#ifdef FP8_BF16
+            if (xpb) {
+                chunk_b(kb == 0 ? MODE_BLK0 : MODE_BLK, R, raw, xpb + (size_t)kb * nc * KC8, &sp,
+                        k0, m, at, (uint16_t *)buf);
+                continue;
+            }
+#endif
             if (xp && kb == 0) {
                 chunk(SRC_FP8, MODE_BLK0, R, raw, xk, &sp, k0, m, at, buf);
             } else if (xp) {
@@ -530,24 +747,30 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
         uint32_t i = row_begin;
         if (nc == 1) {
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
-                fp8_rows(TILE_R1, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R1, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
         } else if (nc < TILE_BUF_FROM_FP8) {
             /* partials and sums of a block both in registers: fewer rows per tile */
             for (; i + TILE_RG <= row_end; i += TILE_RG)
-                fp8_rows(TILE_RG, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_RG, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
         } else {
             /* blocks larger than the buffer (or no memory) are decoded in place */
-            float *xp = w->block <= KC8 ? x_pack(xc, w->cols, nc, w->block, KC8) : NULL;
+            uint16_t *xpb = NULL;
+#ifdef FP8_BF16
+            if (w->block % 32 == 0 && w->block <= KC8 && w->cols % 32 == 0 && fp8_bf16_ok())
+                xpb = x_pack_b(xc, w->cols, nc, w->block);
+#endif
+            float *xp = !xpb && w->block <= KC8 ? x_pack(xc, w->cols, nc, w->block, KC8) : NULL;
             for (; i + TILE_R * TILE_NT <= row_end; i += TILE_R * TILE_NT)
-                fp8_rows(TILE_R, TILE_NT, w, xc, xp, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R, TILE_NT, w, xc, xp, xpb, nc, yc, ldy, i, CHECK);
             for (; i + TILE_R <= row_end; i += TILE_R)
-                fp8_rows(TILE_R, 1, w, xc, xp, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R, 1, w, xc, xp, xpb, nc, yc, ldy, i, CHECK);
             for (; i < row_end; i++)
-                fp8_rows(1, 1, w, xc, xp, nc, yc, ldy, i, CHECK);
+                fp8_rows(1, 1, w, xc, xp, xpb, nc, yc, ldy, i, CHECK);
             free(xp);
+            free(xpb);
         }
         for (; i < row_end; i++)
-            fp8_rows(1, 1, w, xc, NULL, nc, yc, ldy, i, CHECK);
+            fp8_rows(1, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
     }
 }
 

@@ -197,7 +197,7 @@ static void check_oracle(const struct case_ *c, const float *x, const float *y)
 static const size_t nx_list[] = {1, 2, 3, 4, 5, 6, 7, 9, 13, 16, 32, 33, 37, 64};
 static const struct dsv4_kernel_ops *under_test;
 /* FP4 cases: the extra activation rows FP8-QDQ'd as in the engine (the twins' integer
- * path), all but every fifth (the definition's path, in the same batch) */
+ * path), all but every fifth (the definition's path, in the same batch); 2: every row */
 static int extra_rows_qdq;
 
 static void run_case(const struct case_ *c, const float *x1, int check_oracle_too)
@@ -210,7 +210,7 @@ static void run_case(const struct case_ *c, const float *x1, int check_oracle_to
             x[n * cols + k] = n == 0 ? x1[k] : rnd_f(4.0f);
     if (extra_rows_qdq)
         for (size_t n = 1; n < NXMAX; n++)
-            if (n % 5 != 3)
+            if (n % 5 != 3 || extra_rows_qdq == 2)
                 dsv4_fp8_qdq(x + n * cols, cols, 128);
     float *ref = malloc(NXMAX * rows * sizeof(float));
     float *y = malloc(NXMAX * (rows + 3) * sizeof(float));
@@ -464,6 +464,52 @@ static void test_fp8_special_x(void **state)
     dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp8(&c.f8, x, 1, y, 5, 0, 5);
     for (int i = 0; i < 5; i++)
         assert_true(isnan(y[i]));
+}
+
+/*
+ * The FP8 passes in bf16 (the avx512bf16 twin: every activation row of the pass a bf16 with
+ * its exponent in [-90, 90], as FP8-QDQ'd rows are) against the definition's pair order:
+ * blocks of 32, 64, 96 and 128 columns, a last block shorter than the others, rows of 1-64;
+ * weights with every finite E4M3 code and block factors on both sides of the fast range.
+ * Then passes that must fall back to the fp32 tiles (one value out of the exponent range,
+ * one value that is not a bf16, a subnormal, a NaN) beside qualifying ones: same bits.
+ */
+static void test_fp8_bf16_passes(void **state)
+{
+    select_twin(state);
+    extra_rows_qdq = 2;
+    static const uint32_t shapes[][3] = {
+        {9, 128, 128}, {40, 384, 128}, {13, 96, 32}, {24, 192, 64}, {11, 288, 96}, {8, 160, 128},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        uint32_t rows = shapes[s][0], cols = shapes[s][1], B = shapes[s][2];
+        uint8_t *w = malloc((size_t)rows * cols);
+        uint8_t *sc = malloc((size_t)(rows / B + 1) * (cols / B + 1));
+        float *x = malloc(cols * sizeof(float));
+        for (uint32_t k = 0; k < cols; k++)
+            x[k] = rnd_f(2.0f);
+        dsv4_fp8_qdq(x, cols, 128);
+        struct case_ c = fp8_case(rows, cols, B, w, sc, s % 2 ? 240 : 110, s % 2 ? 254 : 130);
+        run_case(&c, x, 1);
+        static const float odd[] = {0x1p-95f, 1.0f + 0x1p-20f, 0x1p-140f, NAN, 0x1p100f};
+        for (size_t o = 0; o < sizeof odd / sizeof odd[0]; o++) {
+            const float keep = x[cols / 2];
+            x[cols / 2] = odd[o];
+            run_case(&c, x, !isnan(odd[o]));
+            x[cols / 2] = keep;
+        }
+        /* the row scaled by 2^-108 (bf16 values from about 2^-124): products down to
+         * 2^-141, subnormal partials, which vdpbf16ps flushes: it must take the fp32 tiles */
+        float *tiny = malloc(cols * sizeof(float));
+        for (uint32_t k = 0; k < cols; k++)
+            tiny[k] = ldexpf(x[k], -108);
+        run_case(&c, tiny, 1);
+        free(tiny);
+        free(w);
+        free(sc);
+        free(x);
+    }
+    extra_rows_qdq = 0;
 }
 
 /* ---- FP4 ---- */
@@ -1234,6 +1280,7 @@ int main(void)
         {"fp8_all_codes", test_fp8_all_codes},
         {"fp8_scale_extremes", test_fp8_scale_extremes},
         {"fp8_special_x", test_fp8_special_x},
+        {"fp8_bf16_passes", test_fp8_bf16_passes},
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
         {"fp4_tiny_scales", test_fp4_tiny_scales},
