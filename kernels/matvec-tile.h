@@ -299,19 +299,28 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
             for (int n = 0; n < NX; n++)
                 for (int h = 0; h < NH; h++)
                     p[r][n][h] = SRC == SRC_FP8 ? vf_zero() : c[r][n][h];
-        for (uint32_t u = b0; u < b1; u += STEP) {
-            const uint32_t t = b0 + fp8_step(SRC, u - b0, b1 - b0);
+        /* FP8 steps of 32 columns: both halves decoded in address order (the weights
+         * stream from DRAM here: the loads stay in the order the prefetchers follow),
+         * then applied upper half first, as the definition takes them */
+        const uint32_t GS = SRC == SRC_FP8 ? 2 * STEP : STEP;
+        for (uint32_t u = b0; u < b1; u += GS) {
+            const int two = SRC == SRC_FP8 && u + STEP < b1;
             /* row by row: only one row's decoded weights live at a time, the x loads
              * (L1) fold into the fmas */
             for (int r = 0; r < R; r++) {
-                vf wv[16 / VL];
-                if ((t & PFM) == 0)
-                    PREFETCH_T1((const uint8_t *)w[r].p + (size_t)t / 16 * WB + pfd);
-                wdec16(SRC, &w[r], t, wv);
-                for (int n = 0; n < NX; n++)
-                    for (int v = 0; v < STEP / VL; v++)
-                        p[r][n][v % NH] =
-                            vf_fma(wv[v], vf_load(x + n * ldx + t + v * VL), p[r][n][v % NH]);
+                vf wv[2][16 / VL];
+                if ((u & PFM) == 0)
+                    PREFETCH_T1((const uint8_t *)w[r].p + (size_t)u / 16 * WB + pfd);
+                wdec16(SRC, &w[r], u, wv[0]);
+                if (two)
+                    wdec16(SRC, &w[r], u + STEP, wv[1]);
+                for (int g = two; g >= 0; g--) {
+                    const uint32_t t = u + (uint32_t)g * STEP;
+                    for (int n = 0; n < NX; n++)
+                        for (int v = 0; v < STEP / VL; v++)
+                            p[r][n][v % NH] = vf_fma(wv[g][v], vf_load(x + n * ldx + t + v * VL),
+                                                     p[r][n][v % NH]);
+                }
             }
         }
         for (int r = 0; r < R; r++) {
