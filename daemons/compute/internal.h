@@ -173,12 +173,14 @@ void qlinear_fp8(dsv4_engine *e, const struct dsv4_fp8_weight *w, const float *x
 void qlinear_fp4(dsv4_engine *e, const struct dsv4_fp4_weight *w, const float *x, int n,
                  float *xq, float *y);
 /* qlinear_fp4 of two weights on the same input (an expert's w1 and w3): x is fake-quantised
- * once, not once per weight */
-void qlinear_fp4_here(const struct dsv4_fp4_weight *const *w, int nb, const float *x, int n,
-                      float *xq, float *const *y);
+ * once, not once per weight (when both have one input width) */
 void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
                      const struct dsv4_fp4_weight *wb, const float *x, int n, float *xq,
                      float *ya, float *yb);
+/* qlinear_fp4 (nb = 1) or qlinear_fp4_two (nb = 2) of w[0..nb) into y[0..nb) on the calling
+ * thread alone (a worker's expert), same bits */
+void qlinear_fp4_here(const struct dsv4_fp4_weight *const *w, int nb, const float *x, int n,
+                      float *xq, float *const *y);
 /* bf16(w ⊙ x / rms(x)) over n rows of width d; w may be NULL (unweighted, fp32). */
 void rmsnorm_rows(float *y, const float *x, const float *w, int n, int d, float eps);
 /* rotate the last 2*npairs dims of x (pairs interleaved) at position pos; bf16 result */

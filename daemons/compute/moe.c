@@ -268,12 +268,7 @@ static void ep_worker(void *ctx, int worker, int n_workers)
         move_range(&gather, 0, (unsigned long)m);
         const struct dsv4_fp4_weight *w13[2] = {&w->w1, &w->w3};
         float *gu[2] = {g, u};
-        if (w->w1.cols == w->w3.cols) {
-            qlinear_fp4_here(w13, 2, gx, m, xq, gu);
-        } else { /* not one input width: each its own fake-quant */
-            qlinear_fp4_here(w13, 1, gx, m, xq, gu);
-            qlinear_fp4_here(w13 + 1, 1, gx, m, xq, gu + 1);
-        }
+        qlinear_fp4_here(w13, 2, gx, m, xq, gu);
         struct swiglu_job sj = {g, u, sc->rw, sl, I, j->limit};
         swiglu_range(&sj, 0, (unsigned long)m);
         const struct dsv4_fp4_weight *w2 = &w->w2;

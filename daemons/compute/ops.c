@@ -138,12 +138,17 @@ void qlinear_fp4_two(dsv4_engine *e, const struct dsv4_fp4_weight *wa,
     round_rows(e, yb, n, wb->rows);
 }
 
-/* qlinear_fp4 (nb = 1) or qlinear_fp4_two (nb = 2, one input width) on the calling thread
- * alone: a worker's expert in moe.c's expert-parallel job. The same operations as the pooled
- * forms, so the same bits. */
+/* qlinear_fp4 (nb = 1) or qlinear_fp4_two (nb = 2) on the calling thread alone: a worker's
+ * expert in moe.c's expert-parallel job. The same operations as the pooled forms, so the
+ * same bits. */
 void qlinear_fp4_here(const struct dsv4_fp4_weight *const *w, int nb, const float *x, int n,
                       float *xq, float *const *y)
 {
+    if (nb == 2 && w[0]->cols != w[1]->cols) { /* not one input width: each its own fake-quant */
+        qlinear_fp4_here(w, 1, x, n, xq, y);
+        qlinear_fp4_here(w + 1, 1, x, n, xq, y + 1);
+        return;
+    }
     struct rows_job q = {xq, x, w[0]->cols};
     quant_range(&q, 0, (unsigned long)n);
     for (int i = 0; i < nb; i++) {
