@@ -35,6 +35,17 @@ INLINE void fp8_dec16(const uint8_t *p, vf out[2])
     out[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
+/* 16 E4M3 bytes → e4m3·2^-120 in integers (as the AVX-512 twin's fp8_dec16x); the
+ * activations come ×2^112 */
+INLINE void fp8_dec16x(const uint8_t *p, vf out[2])
+{
+    const __m256i m = _mm256_set1_epi32((int)0x87F00000u);
+    const __m256i d0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    const __m256i d1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8)));
+    out[0] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d0, 20), m));
+    out[1] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d1, 20), m));
+}
+
 INLINE int fp8_nan(const uint8_t *p, uint32_t n)
 {
     __m256i m = _mm256_setzero_si256();

@@ -35,6 +35,8 @@
  *   vf, vf_zero(), vf_load(p), vf_store(p, v), vf_fma(a, b, c) = a·b + c fused,
  *   vf_mul(a, b), vf_set1(f)
  *   fp8_dec16(p, out)  16 E4M3 bytes → out[16/VL]: h = e4m3·2^-8 (the exact fp16 trick)
+ *   fp8_dec16x(p, out) the same as e4m3·2^-120 in integer ops (fp32 subnormals included), for
+ *                      activations taken ×2^112 (the direct path, x_scale112)
  *   fp8_nan(p, n)      whether any of n bytes (n % 16 == 0) is an E4M3 NaN code
  *   bf16_dec16(p, out) 16 bf16 → fp32
  *   TILE_R1            weight rows per tile in the direct path (one activation row)
@@ -70,7 +72,8 @@ _Static_assert(TILE_NXD >= 1 && TILE_NXD <= 4, "row_tile groups are 1..4 rows");
 #define RBMAX 16
 #define NXMAX 8
 
-enum src { SRC_FP8, SRC_BF16 };
+/* SRC_FP8X: FP8 weights by fp8_dec16x against x·2^112, the same products as SRC_FP8 */
+enum src { SRC_FP8, SRC_BF16, SRC_FP8X };
 enum mode {
     MODE_ACC,  /* continue the lane chains in acc */
     MODE_BLK,  /* FP8 block: partials from +0, then acc = fma(P, 2^(S-119), acc) */
@@ -112,7 +115,7 @@ static inline struct split split_rows(size_t nc)
  * order. */
 INLINE uint32_t fp8_step(const int SRC, uint32_t u, uint32_t len)
 {
-    if (SRC != SRC_FP8)
+    if (SRC == SRC_BF16)
         return u;
     const uint32_t g = u & ~31u;
     return g + 16 >= len ? u : g + 16 - (u & 16);
@@ -123,6 +126,8 @@ INLINE void wdec16(const int SRC, const struct wrow *w, uint32_t k, vf out[NH])
 {
     if (SRC == SRC_FP8)
         fp8_dec16((const uint8_t *)w->p + k, out);
+    else if (SRC == SRC_FP8X)
+        fp8_dec16x((const uint8_t *)w->p + k, out);
     else
         bf16_dec16((const uint16_t *)w->p + k, out);
 }
@@ -283,7 +288,7 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
                      size_t ldy, uint32_t i0, const int *nan_row)
 {
     /* weight bytes per 16 columns, and steps of 16 columns per 64-byte line */
-    const int WB = SRC == SRC_FP8 ? 16 : 32;
+    const int WB = SRC != SRC_BF16 ? 16 : 32;
     const uint32_t PFM = 64 / WB * 16 - 1;
     const int STEP = 16;
     vf c[RMAX][NXMAX][NH];
@@ -291,40 +296,50 @@ INLINE void row_tile(const int SRC, const int R, const int NX, const struct wrow
         for (int n = 0; n < NX; n++)
             for (int h = 0; h < NH; h++)
                 c[r][n][h] = vf_zero();
-    const uint32_t blk = SRC == SRC_FP8 ? B : cols;
+    const uint32_t blk = SRC != SRC_BF16 ? B : cols;
     for (uint32_t b0 = 0; b0 < cols; b0 += blk) {
         const uint32_t b1 = cols - b0 < blk ? cols : b0 + blk;
         vf p[RMAX][NXMAX][NH];
         for (int r = 0; r < R; r++)
             for (int n = 0; n < NX; n++)
                 for (int h = 0; h < NH; h++)
-                    p[r][n][h] = SRC == SRC_FP8 ? vf_zero() : c[r][n][h];
+                    p[r][n][h] = SRC != SRC_BF16 ? vf_zero() : c[r][n][h];
         /* FP8 steps of 32 columns: both halves decoded in address order (the weights
          * stream from DRAM here: the loads stay in the order the prefetchers follow),
-         * then applied upper half first, as the definition takes them */
-        const uint32_t GS = SRC == SRC_FP8 ? 2 * STEP : STEP;
-        for (uint32_t u = b0; u < b1; u += GS) {
-            const int two = SRC == SRC_FP8 && u + STEP < b1;
+         * then applied upper half first, as the definition takes them; a lone last 16
+         * columns alone. Straight-line per step: a run-time half count or index made GCC
+         * keep the decoded weights on the stack. */
+        const uint32_t GS = SRC != SRC_BF16 ? 2 * STEP : STEP;
+        uint32_t u = b0;
+        for (; u + GS <= b1; u += GS) {
             /* row by row: only one row's decoded weights live at a time, the x loads
              * (L1) fold into the fmas */
             for (int r = 0; r < R; r++) {
+                const int H = SRC != SRC_BF16 ? 2 : 1;
                 vf wv[2][16 / VL];
                 if ((u & PFM) == 0)
                     PREFETCH_T1((const uint8_t *)w[r].p + (size_t)u / 16 * WB + pfd);
-                wdec16(SRC, &w[r], u, wv[0]);
-                if (two)
-                    wdec16(SRC, &w[r], u + STEP, wv[1]);
-                for (int g = two; g >= 0; g--) {
-                    const uint32_t t = u + (uint32_t)g * STEP;
+                for (int g = 0; g < H; g++)
+                    wdec16(SRC, &w[r], u + (uint32_t)g * STEP, wv[g]);
+                for (int g = H - 1; g >= 0; g--)
                     for (int n = 0; n < NX; n++)
                         for (int v = 0; v < STEP / VL; v++)
-                            p[r][n][v % NH] = vf_fma(wv[g][v], vf_load(x + n * ldx + t + v * VL),
-                                                     p[r][n][v % NH]);
-                }
+                            p[r][n][v % NH] =
+                                vf_fma(wv[g][v], vf_load(x + n * ldx + u + g * STEP + v * VL),
+                                       p[r][n][v % NH]);
             }
         }
+        if (u < b1) /* FP8: a lone last 16 columns */
+            for (int r = 0; r < R; r++) {
+                vf lo[16 / VL];
+                wdec16(SRC, &w[r], u, lo);
+                for (int n = 0; n < NX; n++)
+                    for (int v = 0; v < STEP / VL; v++)
+                        p[r][n][v % NH] =
+                            vf_fma(lo[v], vf_load(x + n * ldx + u + v * VL), p[r][n][v % NH]);
+            }
         for (int r = 0; r < R; r++) {
-            if (SRC != SRC_FP8) {
+            if (SRC == SRC_BF16) {
                 for (int n = 0; n < NX; n++)
                     for (int h = 0; h < NH; h++)
                         c[r][n][h] = p[r][n][h];
@@ -669,6 +684,21 @@ INLINE void chunk_b(const int MODE, const int R, const struct wrow *raw, const u
  * FP8 rows i0 .. i0 + R·NT − 1 (NT tiles of R rows) for nc activation rows: along
  * K block by block; the block's x of the pass stays in L1 for all NT tiles.
  */
+/* the direct path's integer-decode tiles as functions of their own: inlined into the large
+ * matvec functions, GCC kept one accumulator of the 4-row tile on the stack, a store-to-load
+ * chain that took a quarter of a one-row call */
+#define FP8X_GROUPS_FN(R)                                                                          \
+    static __attribute__((noinline)) void fp8x_groups_##R(                                        \
+        const struct wrow *raw, const float *x, size_t nc, uint32_t cols, uint32_t B, float *y,    \
+        size_t ldy, uint32_t i0, const int *nan_row)                                               \
+    {                                                                                              \
+        ROW_GROUPS(SRC_FP8X, R, nc, raw, x, cols, cols, B, (size_t)(R) * cols, y, ldy, i0,          \
+                   nan_row);                                                                       \
+    }
+FP8X_GROUPS_FN(TILE_R1)
+FP8X_GROUPS_FN(TILE_RG)
+FP8X_GROUPS_FN(1)
+
 INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w, const float *x,
                      const float *xp, const uint16_t *xpb, size_t nc, float *y, size_t ldy,
                      uint32_t i0, const int CHECK)
@@ -683,8 +713,18 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
                                    w->scale + (size_t)((i0 + r) / B) * kblocks};
             nan_row[r] = CHECK ? fp8_nan(raw[r].p, cols) : 0;
         }
-        ROW_GROUPS(SRC_FP8, R, nc, raw, x, cols, cols, B, (size_t)R * cols, y, ldy, i0,
-                   CHECK ? nan_row : NULL);
+        if (xp && R == TILE_R1) /* x·2^112 (x_scale112): the integer decode */
+            fp8x_groups_TILE_R1(raw, xp, nc, cols, B, y, ldy, i0, CHECK ? nan_row : NULL);
+        else if (xp && R == TILE_RG)
+            fp8x_groups_TILE_RG(raw, xp, nc, cols, B, y, ldy, i0, CHECK ? nan_row : NULL);
+        else if (xp && R == 1)
+            fp8x_groups_1(raw, xp, nc, cols, B, y, ldy, i0, CHECK ? nan_row : NULL);
+        else if (xp)
+            ROW_GROUPS(SRC_FP8X, R, nc, raw, xp, cols, cols, B, (size_t)R * cols, y, ldy, i0,
+                       CHECK ? nan_row : NULL);
+        else
+            ROW_GROUPS(SRC_FP8, R, nc, raw, x, cols, cols, B, (size_t)R * cols, y, ldy, i0,
+                       CHECK ? nan_row : NULL);
         return;
     }
     float acc[RBMAX * NXC * 16] __attribute__((aligned(64)));
@@ -746,6 +786,35 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
     fold(RB, acc, nc, y, ldy, i0, CHECK ? nan_row : NULL);
 }
 
+/*
+ * The direct path's activations ×2^112 for fp8_dec16x, or NULL where that would not give
+ * fp8_dec16's products: a finite |x| ≥ 2^16 (×2^112 overflows), the denormals-are-zero mode
+ * (it would read the subnormal weight codes as 0), or no memory. Scaling by a power of two
+ * is exact, and (e4m3·2^-120)·(x·2^112) is the same exact product as (e4m3·2^-8)·x, so the
+ * fma chains round identically; NaN and ±inf stay what they were.
+ */
+static float *x_scale112(const float *x, size_t n)
+{
+    if (_mm_getcsr() & 0x0040) /* DAZ */
+        return NULL;
+    float *xs = aligned_alloc(64, (n * sizeof(float) + 63) & ~(size_t)63);
+    if (!xs)
+        return NULL;
+    uint32_t big = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof b);
+        b &= 0x7FFFFFFFu;
+        big |= (uint32_t)(b >= 0x47800000u) & (uint32_t)(b < 0x7F800000u);
+        xs[i] = x[i] * 0x1p112f;
+    }
+    if (big) {
+        free(xs);
+        return NULL;
+    }
+    return xs;
+}
+
 INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t nx, float *y,
                        size_t ldy, uint32_t row_begin, uint32_t row_end, const int CHECK)
 {
@@ -754,13 +823,16 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
         const float *xc = x + n0 * w->cols;
         float *yc = y + n0 * ldy;
         uint32_t i = row_begin;
+        float *xs = NULL;
         if (nc == 1) {
+            xs = x_scale112(xc, w->cols);
             for (; i + TILE_R1 <= row_end; i += TILE_R1)
-                fp8_rows(TILE_R1, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_R1, 1, w, xc, xs, NULL, nc, yc, ldy, i, CHECK);
         } else if (nc < TILE_BUF_FROM_FP8) {
+            xs = x_scale112(xc, nc * w->cols);
             /* partials and sums of a block both in registers: fewer rows per tile */
             for (; i + TILE_RG <= row_end; i += TILE_RG)
-                fp8_rows(TILE_RG, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
+                fp8_rows(TILE_RG, 1, w, xc, xs, NULL, nc, yc, ldy, i, CHECK);
         } else {
             /* blocks larger than the buffer (or no memory) are decoded in place */
             uint16_t *xpb = NULL;
@@ -779,7 +851,8 @@ INLINE void fp8_matvec(const struct dsv4_fp8_weight *w, const float *x, size_t n
             free(xpb);
         }
         for (; i < row_end; i++)
-            fp8_rows(1, 1, w, xc, NULL, NULL, nc, yc, ldy, i, CHECK);
+            fp8_rows(1, 1, w, xc, xs, NULL, nc, yc, ldy, i, CHECK);
+        free(xs);
     }
 }
 

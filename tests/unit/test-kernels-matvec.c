@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 #include "kernels.h"
 #include "util.h"
@@ -464,6 +467,55 @@ static void test_fp8_special_x(void **state)
     dsv4_kernel_ops_for(DSV4_ISA_SCALAR)->matvec_fp8(&c.f8, x, 1, y, 5, 0, 5);
     for (int i = 0; i < 5; i++)
         assert_true(isnan(y[i]));
+}
+
+/*
+ * The direct path (1-4 activation rows; AVX2: up to 16) decodes E4M3 in integers against
+ * x·2^112. It must fall back wherever that would not give the definition's products: an
+ * activation of magnitude ≥ 2^16 (the scaled copy overflows; 65535.99… still fits) and the
+ * denormals-are-zero mode, which would read the subnormal weight codes (every row here has
+ * some) as zero; the reference is computed without DAZ, with activations and partials
+ * that are never subnormal (the scalar definition itself is not run under DAZ: its own
+ * decode reads subnormals too).
+ */
+static void test_fp8_direct_scaled(void **state)
+{
+    select_twin(state);
+    const uint32_t rows = 7, cols = 256, B = 128;
+    uint8_t w[7 * 256], sc[2] = {120, 127};
+    float x[256];
+    struct case_ c = fp8_case(rows, cols, B, w, sc, 120, 127);
+    for (uint32_t i = 0; i < rows; i++)
+        w[i * cols + 5 * i] = (uint8_t)(0x80 * (i & 1) | (1 + i % 7)); /* a subnormal code */
+    static const float big[] = {0x1.fffffep15f, -0x1.fffffep15f, 0x1p16f, -0x1p16f, 1e30f,
+                                -3e38f};
+    for (size_t b = 0; b < sizeof big / sizeof big[0]; b++) {
+        for (uint32_t k = 0; k < cols; k++)
+            x[k] = rnd_f(1.0f);
+        x[(37 * b) % cols] = big[b];
+        run_case(&c, x, 1);
+    }
+#ifdef __SSE__
+    if (under_test->isa == DSV4_ISA_SCALAR)
+        return;
+    for (uint32_t k = 0; k < cols; k++)
+        x[k] = 0.5f + rnd_f(0.25f) * (k & 1 ? 1.0f : -1.0f);
+    float ref[4 * 7], y[4 * 7], x4[4 * 256];
+    for (size_t n = 0; n < 4; n++)
+        memcpy(x4 + n * cols, x, sizeof x);
+    const struct dsv4_kernel_ops *scalar = twin(DSV4_ISA_SCALAR);
+    for (size_t nx = 1; nx <= 4; nx++) {
+        scalar->matvec_fp8(&c.f8, x4, nx, ref, rows, 0, rows);
+        const unsigned int csr = _mm_getcsr();
+        _mm_setcsr(csr | 0x0040); /* DAZ */
+        under_test->matvec_fp8(&c.f8, x4, nx, y, rows, 0, rows);
+        _mm_setcsr(csr);
+        for (size_t i = 0; i < nx * rows; i++)
+            if (!same_bits(y[i], ref[i]))
+                fail_msg("%s under DAZ nx=%zu elt %zu: %.9g != %.9g", under_test->name, nx, i,
+                         (double)y[i], (double)ref[i]);
+    }
+#endif
 }
 
 /*
@@ -1281,6 +1333,7 @@ int main(void)
         {"fp8_scale_extremes", test_fp8_scale_extremes},
         {"fp8_special_x", test_fp8_special_x},
         {"fp8_bf16_passes", test_fp8_bf16_passes},
+        {"fp8_direct_scaled", test_fp8_direct_scaled},
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
         {"fp4_tiny_scales", test_fp4_tiny_scales},
