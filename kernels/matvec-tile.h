@@ -680,10 +680,6 @@ INLINE void chunk_b(const int MODE, const int R, const struct wrow *raw, const u
 #endif
 
 
-/*
- * FP8 rows i0 .. i0 + R·NT − 1 (NT tiles of R rows) for nc activation rows: along
- * K block by block; the block's x of the pass stays in L1 for all NT tiles.
- */
 /* the direct path's integer-decode tiles as functions of their own: inlined into the large
  * matvec functions, GCC kept one accumulator of the 4-row tile on the stack, a store-to-load
  * chain that took a quarter of a one-row call */
@@ -698,6 +694,11 @@ INLINE void chunk_b(const int MODE, const int R, const struct wrow *raw, const u
 FP8X_GROUPS_FN(TILE_R1)
 FP8X_GROUPS_FN(TILE_RG)
 FP8X_GROUPS_FN(1)
+
+/*
+ * FP8 rows i0 .. i0 + R·NT − 1 (NT tiles of R rows) for nc activation rows: along
+ * K block by block; the block's x of the pass stays in L1 for all NT tiles.
+ */
 
 INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w, const float *x,
                      const float *xp, const uint16_t *xpb, size_t nc, float *y, size_t ldy,
