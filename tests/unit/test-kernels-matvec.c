@@ -474,7 +474,8 @@ static void test_fp8_special_x(void **state)
  * x·2^112. It must fall back wherever that would not give the definition's products: an
  * activation of magnitude ≥ 2^16 (the scaled copy overflows; 65535.99… still fits) and the
  * denormals-are-zero mode, which would read the subnormal weight codes (every row here has
- * some) as zero; the reference is computed without DAZ, with activations and partials
+ * some) as zero (rows of 5 and more, the bf16 passes and the buffered tiles, run under it
+ * too); the reference is computed without DAZ, with activations and partials
  * that are never subnormal (the scalar definition itself is not run under DAZ: its own
  * decode reads subnormals too).
  */
@@ -498,23 +499,30 @@ static void test_fp8_direct_scaled(void **state)
 #ifdef __SSE__
     if (under_test->isa == DSV4_ISA_SCALAR)
         return;
-    for (uint32_t k = 0; k < cols; k++)
-        x[k] = 0.5f + rnd_f(0.25f) * (k & 1 ? 1.0f : -1.0f);
-    float ref[4 * 7], y[4 * 7], x4[4 * 256];
-    for (size_t n = 0; n < 4; n++)
-        memcpy(x4 + n * cols, x, sizeof x);
+    /* FP8-QDQ'd rows near ±0.5, so that 5 and more rows take the bf16 passes */
+    enum { NXD = 32 };
+    float *ref = malloc(NXD * rows * sizeof(float)), *y = malloc(NXD * rows * sizeof(float));
+    float *xd = malloc(NXD * cols * sizeof(float));
+    for (size_t k = 0; k < NXD * cols; k++)
+        xd[k] = 0.5f + rnd_f(0.25f) * (k & 1 ? 1.0f : -1.0f);
+    dsv4_fp8_qdq(xd, NXD * cols, 128);
     const struct dsv4_kernel_ops *scalar = twin(DSV4_ISA_SCALAR);
-    for (size_t nx = 1; nx <= 4; nx++) {
-        scalar->matvec_fp8(&c.f8, x4, nx, ref, rows, 0, rows);
+    static const size_t nxs[] = {1, 2, 3, 4, 5, 9, 32};
+    for (size_t ni = 0; ni < sizeof nxs / sizeof nxs[0]; ni++) {
+        const size_t nx = nxs[ni];
+        scalar->matvec_fp8(&c.f8, xd, nx, ref, rows, 0, rows);
         const unsigned int csr = _mm_getcsr();
         _mm_setcsr(csr | 0x0040); /* DAZ */
-        under_test->matvec_fp8(&c.f8, x4, nx, y, rows, 0, rows);
+        under_test->matvec_fp8(&c.f8, xd, nx, y, rows, 0, rows);
         _mm_setcsr(csr);
         for (size_t i = 0; i < nx * rows; i++)
             if (!same_bits(y[i], ref[i]))
                 fail_msg("%s under DAZ nx=%zu elt %zu: %.9g != %.9g", under_test->name, nx, i,
                          (double)y[i], (double)ref[i]);
     }
+    free(ref);
+    free(y);
+    free(xd);
 #endif
 }
 
