@@ -699,7 +699,6 @@ FP8X_GROUPS_FN(1)
  * FP8 rows i0 .. i0 + R·NT − 1 (NT tiles of R rows) for nc activation rows: along
  * K block by block; the block's x of the pass stays in L1 for all NT tiles.
  */
-
 INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w, const float *x,
                      const float *xp, const uint16_t *xpb, size_t nc, float *y, size_t ldy,
                      uint32_t i0, const int CHECK)
