@@ -406,6 +406,13 @@ static void test_fp8_all_codes(void **state)
     struct case_ c = {.kind = FP8, .rows = rows, .cols = cols};
     c.f8 = (struct dsv4_fp8_weight){w, sc, rows, cols, B, false};
     run_case(&c, x, 1);
+    /* every code through the bf16 passes too (they take only bf16-exact rows) */
+    float xq[256];
+    memcpy(xq, x, sizeof xq);
+    dsv4_fp8_qdq(xq, cols, 128);
+    extra_rows_qdq = 2;
+    run_case(&c, xq, 1);
+    extra_rows_qdq = 0;
     for (unsigned b = 0; b < 256; b++) {
         uint8_t one = (uint8_t)b;
         assert_int_equal(dsv4_e4m3_has_nan(&one, 1), (b & 0x7F) == 0x7F);
