@@ -719,10 +719,7 @@ INLINE void fp8_rows(const int R, const int NT, const struct dsv4_fp8_weight *w,
             fp8x_groups_TILE_RG(raw, xp, nc, cols, B, y, ldy, i0, CHECK ? nan_row : NULL);
         else if (xp && R == 1)
             fp8x_groups_1(raw, xp, nc, cols, B, y, ldy, i0, CHECK ? nan_row : NULL);
-        else if (xp)
-            ROW_GROUPS(SRC_FP8X, R, nc, raw, xp, cols, cols, B, (size_t)R * cols, y, ldy, i0,
-                       CHECK ? nan_row : NULL);
-        else
+        else /* (another tile height, or no x·2^112: the fp16 decode against x) */
             ROW_GROUPS(SRC_FP8, R, nc, raw, x, cols, cols, B, (size_t)R * cols, y, ldy, i0,
                        CHECK ? nan_row : NULL);
         return;
