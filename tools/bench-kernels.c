@@ -16,11 +16,14 @@
  * same load.
  *
  *   bench-kernels [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512,avx512bf16] [--nx N] [--cpu-time]
+ *                 [--rows-ratio N]
  *
  * --cpu-time: one-thread calls are also timed in the calling thread's CPU time (an extra
  * "cpu ms" column and the multiply-add rate from it), which time slicing on a loaded
  * machine does not inflate: the figure to compare kernel code by when the machine is
  * shared (it still shares caches and a core's other hyperthread).
+ * --rows-ratio N: then a second table, N-row calls ÷ one-row calls of each shape and twin,
+ * the two alternated call by call in one thread (issue 20: 16 rows at most 3× one row).
  */
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -421,6 +424,12 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* a plain read of the next weight-sized slice of the arena: the DRAM baseline
  * measured under the same conditions as the kernel call next to it */
 static void read_once(struct ctx *c, const struct shape *s, dsv4_pool *pool)
@@ -472,6 +481,43 @@ static struct timing time_calls(struct ctx *c, const struct shape *s, dsv4_pool 
                            pool ? 0.0 : (double)u[n / 2] * 1e-9};
 }
 
+/*
+ * The issue-20 goal "N rows cost at most k× one row" measured side by side: one-thread calls
+ * of 1 row and of N rows alternate (each on fresh weights), ≥ 9 pairs and ≥ 0.6 s; returns
+ * the medians of their thread CPU times and the median of the pairs' ratios, so a VM's
+ * minutes-long swings hit both sides alike.
+ */
+struct ratio {
+    double one_s, many_s, ratio;
+};
+
+static struct ratio time_ratio(struct ctx *c, const struct shape *s,
+                               const struct dsv4_kernel_ops *ops, const float *x, size_t nrows,
+                               float *y)
+{
+    static uint64_t a[1024], b[1024];
+    static double q[1024];
+    int n = 0;
+    call_once(c, s, NULL, ops, x, 1, y);
+    call_once(c, s, NULL, ops, x, nrows, y);
+    uint64_t start = dsv4_now_ns();
+    while (n < (int)DSV4_ARRAY_SIZE(a) && (n < 9 || dsv4_now_ns() - start < 600000000ull)) {
+        uint64_t c0 = thread_cpu_ns();
+        call_once(c, s, NULL, ops, x, 1, y);
+        uint64_t c1 = thread_cpu_ns();
+        call_once(c, s, NULL, ops, x, nrows, y);
+        uint64_t c2 = thread_cpu_ns();
+        a[n] = c1 - c0;
+        b[n] = c2 - c1;
+        q[n] = a[n] ? (double)b[n] / (double)a[n] : 0.0;
+        n++;
+    }
+    qsort(a, (size_t)n, sizeof a[0], cmp_u64);
+    qsort(b, (size_t)n, sizeof b[0], cmp_u64);
+    qsort(q, (size_t)n, sizeof q[0], cmp_double);
+    return (struct ratio){(double)a[n / 2] * 1e-9, (double)b[n / 2] * 1e-9, q[n / 2]};
+}
+
 static void hardware_line(int threads)
 {
     char model[256];
@@ -487,7 +533,7 @@ static void hardware_line(int threads)
 
 int main(int argc, char **argv)
 {
-    size_t arena_mb = 1280, nx = 1;
+    size_t arena_mb = 1280, nx = 1, ratio_rows = 0;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     int want[_DSV4_ISA_MAX];
     for (int k = 0; k < _DSV4_ISA_MAX; k++)
@@ -499,6 +545,8 @@ int main(int argc, char **argv)
             threads = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--nx") && i + 1 < argc) {
             nx = strtoul(argv[++i], NULL, 10);
+        } else if (!strcmp(argv[i], "--rows-ratio") && i + 1 < argc) {
+            ratio_rows = strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "--cpu-time")) {
             cpu_time = true;
         } else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
@@ -516,7 +564,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--arena-mb N] [--threads N] [--isa scalar,avx2,avx512,avx512bf16] [--nx N]"
-                    " [--cpu-time]\n",
+                    " [--cpu-time] [--rows-ratio N]\n",
                     argv[0]);
             return 2;
         }
@@ -546,11 +594,13 @@ int main(int argc, char **argv)
         a16[i] = (uint16_t)(((rnd() & 0x87FE) | 0x3800));
     for (size_t i = 0; i < c.scales_len; i++)
         c.scales[i] = (uint8_t)(120 + rnd() % 10);
-    float *x = dsv4_xaligned_alloc(64, nx * 8192 * sizeof(float));
-    for (size_t i = 0; i < nx * 8192; i++)
+    /* room for the --rows-ratio calls too */
+    const size_t nxa = ratio_rows > nx ? ratio_rows : nx;
+    float *x = dsv4_xaligned_alloc(64, nxa * 8192 * sizeof(float));
+    for (size_t i = 0; i < nxa * 8192; i++)
         x[i] = (float)((int)(rnd() % 2001) - 1000) / 1000.0f;
-    dsv4_fp8_qdq(x, nx * 8192, 128);
-    float *y = dsv4_xaligned_alloc(64, nx * 129280 * sizeof(float));
+    dsv4_fp8_qdq(x, nxa * 8192, 128);
+    float *y = dsv4_xaligned_alloc(64, nxa * 129280 * sizeof(float));
 
     dsv4_pool *one = dsv4_pool_new(1), *all = dsv4_pool_new(threads);
     double bw1 = dram_read_gbs(one, c.arena, arena_len);
@@ -609,6 +659,30 @@ int main(int argc, char **argv)
                 else if (cpu_time)
                     printf(" | |");
                 printf("\n");
+                fflush(stdout);
+            }
+        }
+    }
+    if (ratio_rows > 1) {
+        printf("\n%zu rows ÷ 1 row, one thread, thread CPU time: calls of 1 and of %zu rows"
+               " alternated (fresh weights each), medians of >= 9 pairs and >= 0.6 s; ratio = the"
+               " median of the pairs' ratios (issue 20's goal for 16 rows: <= 3)\n\n",
+               ratio_rows, ratio_rows);
+        printf("| shape | isa | 1 row cpu ms | %zu rows cpu ms | ratio | GMAC/s at %zu | of peak |\n"
+               "|---|---|---:|---:|---:|---:|---:|\n",
+               ratio_rows, ratio_rows);
+        for (size_t si = 0; si < DSV4_ARRAY_SIZE(shapes); si++) {
+            const struct shape *s = &shapes[si];
+            const double macs = (double)s->rows * s->cols * (double)ratio_rows;
+            for (int isa = 0; isa < _DSV4_ISA_MAX; isa++) {
+                const struct dsv4_kernel_ops *ops = dsv4_kernel_ops_for((enum dsv4_isa)isa);
+                if (!ops || !want[isa])
+                    continue;
+                dsv4_kernels_force((enum dsv4_isa)isa);
+                const struct ratio r = time_ratio(&c, s, ops, x, ratio_rows, y);
+                const double m = r.many_s > 0 ? macs / r.many_s * 1e-9 : 0.0;
+                printf("| %s | %s | %.3f | %.3f | %.2f | %.2f | %.2f |\n", s->name, ops->name,
+                       r.one_s * 1e3, r.many_s * 1e3, r.ratio, m, pk1 > 0 ? m / pk1 : 0.0);
                 fflush(stdout);
             }
         }
