@@ -55,6 +55,17 @@ static void drain(void *sock)
     }
 }
 
+/* zmq_msg_recv, again when a signal interrupted it: even a non-blocking receive returns
+ * EINTR under a signal with a handler (a timer, a profiler), most of the time under a storm
+ * of them; the fuzz targets' harnesses died of it */
+static int recv_frame(zmq_msg_t *m, void *sock, int flags)
+{
+    int r;
+    while ((r = zmq_msg_recv(m, sock, flags)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
 int dsv4_zrecv(void *sock, struct dsv4_zin *in, int router, int nonblock)
 {
     zmq_msg_t m;
@@ -63,10 +74,13 @@ int dsv4_zrecv(void *sock, struct dsv4_zin *in, int router, int nonblock)
     in->rid_len = 0;
     in->len = 0;
     zmq_msg_init(&m);
-    if (zmq_msg_recv(&m, sock, nonblock ? ZMQ_DONTWAIT : 0) < 0) {
+    if (recv_frame(&m, sock, nonblock ? ZMQ_DONTWAIT : 0) < 0) {
         int e = errno;
         zmq_msg_close(&m);
-        return -e;
+        /* non-blocking: nothing more now, whatever the error (ETERM, ENOTSOCK), so the
+         * callers' drain loops `while (dsv4_zrecv(...) != -EAGAIN)` end; a socket that
+         * stays broken fails their zmq_poll next */
+        return nonblock ? -EAGAIN : -e;
     }
     if (router) {
         if (zmq_msg_size(&m) > sizeof(in->rid)) {
@@ -81,7 +95,7 @@ int dsv4_zrecv(void *sock, struct dsv4_zin *in, int router, int nonblock)
         if (!more)
             return -EBADMSG;
         zmq_msg_init(&m);
-        if (zmq_msg_recv(&m, sock, 0) < 0) {
+        if (recv_frame(&m, sock, 0) < 0) {
             zmq_msg_close(&m);
             return -EBADMSG;
         }

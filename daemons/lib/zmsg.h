@@ -24,7 +24,9 @@ struct dsv4_zin {
     size_t len, cap;
 };
 
-/* Receive one message (ZMQ_DONTWAIT if nonblock): 0, -EAGAIN, or -EBADMSG (frames dropped). */
+/* Receive one message (ZMQ_DONTWAIT if nonblock): 0, -EAGAIN, or -EBADMSG (frames dropped).
+ * A receive that a signal interrupts is retried; non-blocking, any other receive error is
+ * -EAGAIN (nothing more now), blocking, it is -errno. */
 int dsv4_zrecv(void *sock, struct dsv4_zin *in, int router, int nonblock);
 void dsv4_zin_free(struct dsv4_zin *in);
 /* Send (routing id first when rid_len > 0); 0 or -errno (-EAGAIN, -EHOSTUNREACH). */

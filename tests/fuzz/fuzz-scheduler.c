@@ -125,8 +125,10 @@ static void drain_clients(void)
     for (int c = 0; c < 2; c++) {
         int r;
         while ((r = dsv4_zrecv(cl[c], &zin, 0, 1)) != -EAGAIN) {
-            if (r < 0)
-                die("client receive");
+            if (r < 0) {
+                fprintf(stderr, "fuzz-scheduler: client receive: %s\n", strerror(-r));
+                abort();
+            }
             struct dsv4_msg m;
             struct dsv4_err err;
             int errc;
@@ -149,8 +151,10 @@ static void collect_cmds(void)
 {
     int r;
     while ((r = dsv4_zrecv(cpeer, &zin, 1, 1)) != -EAGAIN) {
-        if (r < 0)
-            die("compute receive");
+        if (r < 0) {
+            fprintf(stderr, "fuzz-scheduler: compute receive: %s\n", strerror(-r));
+            abort();
+        }
         struct dsv4_msg m;
         struct dsv4_err err;
         int errc;
