@@ -74,6 +74,13 @@ static void die(const char *what)
     abort();
 }
 
+/* a receive that failed: what, and dsv4_zrecv's error */
+static void die_recv(const char *what, int r)
+{
+    fprintf(stderr, "fuzz-scheduler: %s: %s\n", what, strerror(-r));
+    abort();
+}
+
 static void setup(void)
 {
     struct dsv4_err err = { "" };
@@ -125,10 +132,8 @@ static void drain_clients(void)
     for (int c = 0; c < 2; c++) {
         int r;
         while ((r = dsv4_zrecv(cl[c], &zin, 0, 1)) != -EAGAIN) {
-            if (r < 0) {
-                fprintf(stderr, "fuzz-scheduler: client receive: %s\n", strerror(-r));
-                abort();
-            }
+            if (r < 0)
+                die_recv("client receive", r);
             struct dsv4_msg m;
             struct dsv4_err err;
             int errc;
@@ -151,10 +156,8 @@ static void collect_cmds(void)
 {
     int r;
     while ((r = dsv4_zrecv(cpeer, &zin, 1, 1)) != -EAGAIN) {
-        if (r < 0) {
-            fprintf(stderr, "fuzz-scheduler: compute receive: %s\n", strerror(-r));
-            abort();
-        }
+        if (r < 0)
+            die_recv("compute receive", r);
         struct dsv4_msg m;
         struct dsv4_err err;
         int errc;

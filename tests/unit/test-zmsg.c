@@ -28,6 +28,13 @@ static void on_alarm(int sig)
     alarms++;
 }
 
+/* one "hi" from the dealer, again when a signal interrupted the send */
+static void send_hi(void *dealer)
+{
+    while (zmq_send(dealer, "hi", 2, 0) < 0)
+        assert_int_equal(errno, EINTR);
+}
+
 static void pair(void **ctx, void **router, void **dealer, const char *ep)
 {
     *ctx = dsv4_zctx_new();
@@ -52,8 +59,7 @@ static void test_signal_storm(void **state)
     int sent = 0, got = 0;
     for (int i = 0; i < 200000; i++) {
         if (i % 100 == 0) {
-            while (zmq_send(dealer, "hi", 2, 0) < 0)
-                assert_int_equal(errno, EINTR);
+            send_hi(dealer);
             sent++;
         }
         int r = dsv4_zrecv(router, &in, 1, 1);
@@ -69,8 +75,7 @@ static void test_signal_storm(void **state)
     /* what is left in the queue, then as many again, by blocking receives, still under
      * the signals: each returns its message (blocking, an interrupted receive was -EINTR) */
     for (int i = 0; i < 2000; i++) {
-        while (zmq_send(dealer, "hi", 2, 0) < 0)
-            assert_int_equal(errno, EINTR);
+        send_hi(dealer);
         sent++;
     }
     while (got < sent) {
