@@ -19,7 +19,10 @@
  * flight, O_DIRECT, io_uring, registered buffers: the disk's rate for this
  * pattern by a tool that is not ours. Each fetcher pass is divided by the mean
  * of the fio passes just before and just after it (linear drift cancels);
- * the median of those ratios is the figure. Per fetcher pass also the mean
+ * the median of those ratios is the figure, and beside it the passes pooled (all
+ * their bytes over all their time, fetcher against the fio passes around them: on a
+ * disk that switches between rates for whole passes the median of a few ratios swings;
+ * the pooled figure is the time to load the same experts). Per fetcher pass also the mean
  * load time (start to READY) and the most reads in flight. CPU time of each pass (fetcher:
  * this process, client and I/O thread; fio: the child) is printed too: the
  * machine may be shared. Last, the cost of a cache hit (lease + release on a
@@ -483,6 +486,23 @@ int main(int argc, char **argv)
                "acquire (%.2f-%.2f), %.2f one per acquire with the next %d hinted (%.2f-%.2f)\n",
                chunks[c] >> 10, med[0], lo[0], hi[0], med[1], lo[1], hi[1], med[2], ahead,
                lo[2], hi[2]);
+        /* the same passes pooled: all their bytes over all their time (a pass reads the
+         * same bytes, so this is the harmonic mean of the pass rates); the fio passes
+         * around each fetcher pass count half each, as in the ratios */
+        printf("chunk %u KiB, pooled (bytes over time of all passes): fetcher ÷ fio", chunks[c] >> 10);
+        for (int mode = 0; mode < N_MODE; mode++) {
+            double tf = 0, tio = 0;
+            for (int run = 0; run < runs; run++) {
+                const int k = (run * n_chunk + c) * N_MODE + mode;
+                if (gbs[k] > 0 && fio[k] > 0 && fio[k + 1] > 0) {
+                    tf += 1 / gbs[k];
+                    tio += (1 / fio[k] + 1 / fio[k + 1]) / 2;
+                }
+            }
+            printf("%s %.2f %s", mode ? "," : "", tf > 0 ? tio / tf : 0,
+                   mode == 0 ? "one per acquire" : mode == 1 ? "six per acquire" : "hinted");
+        }
+        printf("\n");
     }
     free(ratio);
     free(fio);
