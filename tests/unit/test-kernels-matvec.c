@@ -579,6 +579,87 @@ static void test_fp8_bf16_passes(void **state)
     extra_rows_qdq = 0;
 }
 
+/* a bf16 value as fp32: sign, exponent e (unbiased), 7 mantissa bits */
+static float bf16_val(int neg, int e, unsigned m)
+{
+    const uint32_t b = (uint32_t)neg << 31 | (uint32_t)(e + 127) << 23 | (m & 127u) << 16;
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
+}
+
+/*
+ * The bf16 passes fold a block's partial by adding k = S − 119 to its exponent field where
+ * k is in [−12, 33] (mac_b): exact there because every nonzero partial lies in
+ * [2^-114, 2^95). Weight row 0 (all code 0x01) against rows whose lanes sum to exactly
+ * 2^-97 (x at 2^-90) gives partials of exactly 2^-114; weight row 1 (all 448) against x
+ * at the top of the range gives partials just below 2^95. Block factors on both sides of
+ * each end (S 105-108 and 151-154) and between; other rows random and at the bottom of
+ * the range. One factor past either end taken by the add would give 0 or NaN where the
+ * definition gives 2^-127 or +inf.
+ */
+static void test_fp8_bf16_fold_range(void **state)
+{
+    select_twin(state);
+    enum { ROWS = 8, COLS = 256, B = 128, NX = 32 };
+    static const uint8_t ss[] = {105, 106, 107, 108, 119, 127, 151, 152, 153, 154};
+    uint8_t w[ROWS * COLS], sc[2];
+    float *x = calloc((size_t)NX * COLS, sizeof(float));
+    float ref[NX * ROWS], y[NX * ROWS];
+    for (uint32_t i = 0; i < ROWS * COLS; i++)
+        w[i] = i < COLS ? 0x01 : i < 2 * COLS ? 0x7E : rnd_e4m3_finite();
+    for (size_t n = 0; n < NX; n++) {
+        float *xn = x + n * COLS;
+        for (uint32_t k = 0; k < COLS; k++) {
+            const uint32_t j = k % 32;
+            switch (n % 4) {
+            case 0: /* lane j: 2^-90 + 2^-97 at column j of the first group, -2^-90 at 16 + j */
+                xn[k] = k % B < 32 ? (j < 16 ? bf16_val(0, -90, 1) : bf16_val(1, -90, 0)) : 0.0f;
+                break;
+            case 1:
+                xn[k] = bf16_val(0, 90, 127);
+                break;
+            case 2:
+                xn[k] = bf16_val((int)(rnd() & 1), -20 + (int)(rnd() % 41), (unsigned)rnd());
+                break;
+            default:
+                xn[k] = rnd() % 3 ? bf16_val((int)(rnd() & 1), -90 + (int)(rnd() % 3), (unsigned)rnd())
+                                  : 0.0f;
+            }
+        }
+    }
+    const struct dsv4_kernel_ops *scalar = twin(DSV4_ISA_SCALAR);
+    static const size_t nxs[] = {5, 16, 32};
+    for (size_t a = 0; a < sizeof ss; a++)
+        for (size_t b = 0; b < sizeof ss; b++) {
+            sc[0] = ss[a];
+            sc[1] = ss[b];
+            const struct dsv4_fp8_weight f8 = {w, sc, ROWS, COLS, B, false};
+            for (size_t n = 0; n < NX; n++)
+                scalar->matvec_fp8(&f8, x + n * COLS, 1, ref + n * ROWS, ROWS, 0, ROWS);
+            for (size_t ni = 0; ni < sizeof nxs / sizeof nxs[0]; ni++) {
+                under_test->matvec_fp8(&f8, x, nxs[ni], y, ROWS, 0, ROWS);
+                for (size_t i = 0; i < nxs[ni] * ROWS; i++)
+                    if (!same_bits(y[i], ref[i]))
+                        fail_msg("%s S = %u, %u nx=%zu elt %zu: %.9g != scalar %.9g",
+                                 under_test->name, sc[0], sc[1], nxs[ni], i, (double)y[i],
+                                 (double)ref[i]);
+            }
+        }
+    /* the two ends are reached: 2^-114 · 2^-12 = 2^-126 per lane, and below 2^128 */
+    sc[0] = 107;
+    sc[1] = 107;
+    const struct dsv4_fp8_weight lo = {w, sc, ROWS, COLS, B, false};
+    scalar->matvec_fp8(&lo, x, 1, ref, ROWS, 0, ROWS);
+    assert_true(ref[0] == 0x1p-121f); /* 16 lanes × 2 blocks × 2^-126 */
+    sc[0] = 152;
+    sc[1] = 152;
+    const struct dsv4_fp8_weight hi = {w, sc, ROWS, COLS, B, false};
+    scalar->matvec_fp8(&hi, x + COLS, 1, ref, ROWS, 0, ROWS);
+    assert_true(isinf(ref[1]));
+    free(x);
+}
+
 /* ---- FP4 ---- */
 
 /*
@@ -1348,6 +1429,7 @@ int main(void)
         {"fp8_scale_extremes", test_fp8_scale_extremes},
         {"fp8_special_x", test_fp8_special_x},
         {"fp8_bf16_passes", test_fp8_bf16_passes},
+        {"fp8_bf16_fold_range", test_fp8_bf16_fold_range},
         {"fp8_direct_scaled", test_fp8_direct_scaled},
         {"fp4_random_shapes", test_fp4_random_shapes},
         {"fp4_all_codes_and_scales", test_fp4_all_codes_and_scales},
