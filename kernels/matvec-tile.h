@@ -88,13 +88,10 @@ struct wrow {
 
 /* an FP8 block's factors per weight row of a tile, found once per block (not per register
  * tile; no call to dsv4_e8m0_to_f32 while accumulators are live, which made GCC spill them):
- * acc = fma(P, sc, acc) where fast, else fma(P·256, sc, acc); the bf16 passes add P·2^k to
- * acc by its exponent field where `ex` (mac_b) */
+ * acc = fma(P, sc, acc) where fast, else fma(P·256, sc, acc) */
 struct bfac {
     float sc[RMAX];
     int fast[RMAX];
-    int ex[RMAX];
-    int32_t kbits[RMAX]; /* k << 23, k = S − 119 */
 };
 
 /* a pass's activation rows split into register tiles of as equal sizes as TILE_NX allows
@@ -588,19 +585,8 @@ static uint16_t *x_pack_b(const float *x, size_t cols, size_t nc, uint32_t B)
     return p;
 }
 
-/*
- * R decoded rows (bf16 group layout, KC8 apart) × NX packed rows (KC8 apart), one block of
- * len columns (len % 32 == 0): partials from +0, then the block factor as in mac_buf.
- * The fold acc = fma(P, 2^k, acc) is one rounding of acc + P·2^k. In these passes every
- * nonzero |P| lies in [2^-114, 2^95) (x_pack_b's exponent range, at most 8 products of
- * weights below 2 and x below 2^91 per lane and block), so for k in [−12, 33] P·2^k is a
- * normal fp32 whose bits are P's with k added to the exponent field (a zero P stays as it
- * is), and acc + that, rounded once, is the fma's result bit for bit. Such blocks fold by
- * an integer add and a vaddps, off the two FMA pipes that vdpbf16ps needs (16 rows,
- * L2-resident: 1.1x); other factors keep the fma.
- */
-#define FP8B_EX_KMIN (-12)
-#define FP8B_EX_KMAX 33
+/* R decoded rows (bf16 group layout, KC8 apart) × NX packed rows (KC8 apart), one block of
+ * len columns (len % 32 == 0): partials from +0, then the block factor as in mac_buf */
 INLINE void mac_b(const int MODE, const int R, const int NX, const uint16_t *wb,
                   const uint16_t *xb, uint32_t len, const struct bfac *bf, float *acc)
 {
@@ -623,17 +609,6 @@ INLINE void mac_b(const int MODE, const int R, const int NX, const uint16_t *wb,
     } while (t < len);
     for (int r = 0; r < R; r++) {
         float *ar = acc + r * NXC * 16;
-        if (bf->ex[r]) {
-            const __m512i kv = _mm512_set1_epi32(bf->kbits[r]);
-            const __m512i mag = _mm512_set1_epi32(0x7FFFFFFF);
-            for (int n = 0; n < NX; n++) {
-                const __m512i p = _mm512_castps_si512(a[r][n]);
-                const __m512i ps = _mm512_mask_add_epi32(p, _mm512_test_epi32_mask(p, mag), p, kv);
-                const vf old = MODE == MODE_BLK0 ? vf_zero() : vf_load(ar + n * 16);
-                vf_store(ar + n * 16, _mm512_add_ps(old, _mm512_castsi512_ps(ps)));
-            }
-            continue;
-        }
         const vf s = vf_set1(bf->sc[r]);
         for (int n = 0; n < NX; n++) {
             const vf old = MODE == MODE_BLK0 ? vf_zero() : vf_load(ar + n * 16);
@@ -694,11 +669,8 @@ INLINE void chunk_b(const int MODE, const int R, const struct wrow *raw, const u
                                                _mm512_srli_epi32(_mm512_castps_si512(lo[0]), 16)));
         }
         const uint8_t e = *raw[r].e;
-        const int k = (int)e - 119;
         bf.fast[r] = e <= DSV4_E8M0_FAST_MAX;
         bf.sc[r] = bf.fast[r] ? dsv4_fp8_fast_scale(e) : dsv4_e8m0_to_f32(e);
-        bf.ex[r] = k >= FP8B_EX_KMIN && k <= FP8B_EX_KMAX;
-        bf.kbits[r] = (int32_t)((uint32_t)k << 23);
     }
     for (int i = 0, n = 0; i < sp->nt; i++) {
         mac_b_any(MODE, R, sp->k[i], buf, xb + n * KC8, len, &bf, acc + n * 16);

@@ -589,14 +589,14 @@ static float bf16_val(int neg, int e, unsigned m)
 }
 
 /*
- * The bf16 passes fold a block's partial by adding k = S − 119 to its exponent field where
- * k is in [−12, 33] (mac_b): exact there because every nonzero partial lies in
- * [2^-114, 2^95). Weight row 0 (all code 0x01) against rows whose lanes sum to exactly
- * 2^-97 (x at 2^-90) gives partials of exactly 2^-114; weight row 1 (all 448) against x
- * at the top of the range gives partials just below 2^95. Block factors on both sides of
- * each end (S 105-108 and 151-154) and between; other rows random and at the bottom of
- * the range. One factor past either end taken by the add would give 0 or NaN where the
- * definition gives 2^-127 or +inf.
+ * The bf16 passes at the ends of their range: weight row 0 (all code 0x01) against rows
+ * whose lanes sum to exactly 2^-97 (x at 2^-90) gives partials of exactly 2^-114, the
+ * smallest nonzero one; weight row 1 (all 448) against x at the top of the range gives
+ * partials just below 2^95, the largest. Block factors S from 105 to 154 take the first to
+ * 2^-126 (S = 107) and below, into the subnormals, and the second to just below 2^128
+ * (S = 152) and past it, to +inf; other rows random and at the bottom of the range.
+ * (2026-12-05: a fold that added k to the partial's exponent field for S in [107, 152]
+ * was exact by this range and pinned here; it was not faster, and was not kept.)
  */
 static void test_fp8_bf16_fold_range(void **state)
 {
