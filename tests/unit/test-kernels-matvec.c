@@ -646,17 +646,24 @@ static void test_fp8_bf16_fold_range(void **state)
                                  (double)ref[i]);
             }
         }
-    /* the two ends are reached: 2^-114 · 2^-12 = 2^-126 per lane, and below 2^128 */
+    /* the two ends are reached: 2^-114 · 2^-12 = 2^-126 in every lane of both blocks; and
+     * one lane's 8 largest products (lane 0 of block 0 alone) at 2^33 finite, at 2^34 not */
     sc[0] = 107;
     sc[1] = 107;
     const struct dsv4_fp8_weight lo = {w, sc, ROWS, COLS, B, false};
     scalar->matvec_fp8(&lo, x, 1, ref, ROWS, 0, ROWS);
     assert_true(ref[0] == 0x1p-121f); /* 16 lanes × 2 blocks × 2^-126 */
-    sc[0] = 152;
-    sc[1] = 152;
-    const struct dsv4_fp8_weight hi = {w, sc, ROWS, COLS, B, false};
-    scalar->matvec_fp8(&hi, x + COLS, 1, ref, ROWS, 0, ROWS);
-    assert_true(isinf(ref[1]));
+    float *x1 = x + COLS;
+    for (uint32_t k = 0; k < COLS; k++)
+        x1[k] = k < B && k % 16 == 0 ? bf16_val(0, 90, 127) : 0.0f;
+    for (int e = 152; e <= 153; e++) {
+        sc[0] = (uint8_t)e;
+        const struct dsv4_fp8_weight hi = {w, sc, ROWS, COLS, B, false};
+        scalar->matvec_fp8(&hi, x1, 1, ref, ROWS, 0, ROWS);
+        assert_true(e == 152 ? isfinite(ref[1]) && ref[1] > 0x1p127f : isinf(ref[1]));
+        under_test->matvec_fp8(&hi, x, 5, y, ROWS, 0, ROWS);
+        assert_true(same_bits(y[ROWS + 1], ref[1]));
+    }
     free(x);
 }
 
