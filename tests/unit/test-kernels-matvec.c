@@ -582,10 +582,7 @@ static void test_fp8_bf16_passes(void **state)
 /* a bf16 value as fp32: sign, exponent e (unbiased), 7 mantissa bits */
 static float bf16_val(int neg, int e, unsigned m)
 {
-    const uint32_t b = (uint32_t)neg << 31 | (uint32_t)(e + 127) << 23 | (m & 127u) << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
+    return dsv4_bf16_to_f32((uint16_t)((unsigned)neg << 15 | (unsigned)(e + 127) << 7 | (m & 127u)));
 }
 
 /*

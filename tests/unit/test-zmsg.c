@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * dsv4_zrecv (daemons/lib/zmsg.c) keeps its contract, 0, -EAGAIN or -EBADMSG, on which
- every daemon's drain loop `while (dsv4_zrecv(...) != -EAGAIN)` relies: under a storm of
+ * every daemon's drain loop `while (dsv4_zrecv(...) != -EAGAIN)` relies: under a storm of
  * signals (each interrupts zmq_msg_recv with EINTR, even a non-blocking one; the fuzz
  * harnesses died of it) non-blocking and blocking, without losing a message, on a message of
  * too many frames, and on a socket whose context was shut down (ETERM).
